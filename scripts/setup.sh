@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
+# fuse3 (for `aicache mount` and the FUSE tests), a virtualenv in .venv, the package with
+# its test extras. Re-running is fast: pip is skipped when pyproject.toml has not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-test}"
+
+if ! command -v fusermount3 >/dev/null 2>&1 && ! command -v fusermount >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing fuse3 (apt-get)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) \
+      || echo "setup: warning: could not install fuse3; FUSE mounts will not work" >&2
+  else
+    echo "setup: warning: fuse3 missing and not root; run: sudo apt-get install fuse3" >&2
+  fi
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+stamp=".venv/.aicache-installed-$EXTRAS-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing aicache[$EXTRAS] into .venv (first run takes a few minutes)" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+  rm -f .venv/.aicache-installed-"$EXTRAS"-*
+  touch "$stamp"
+fi

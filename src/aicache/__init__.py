@@ -1,0 +1,11 @@
+"""aicache: adaptive caching for AI systems.
+
+One policy core (pure objects told the time and the event), two drivers (a trace-driven
+simulator and the real engines). See ARCHITECTURE in the README.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

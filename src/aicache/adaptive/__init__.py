@@ -1,0 +1,1 @@
+"""Chiron: statistical analyzer, advisors, confidence gate, feedback, executors, controller."""

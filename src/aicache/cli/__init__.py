@@ -1,0 +1,1 @@
+"""The ``aicache`` command line. Each command lives in its own module here."""

@@ -1,0 +1,119 @@
+"""Shared output helpers: a readable table by default, exact JSON with ``--json``,
+progress bars on stderr for long runs (hidden when stderr is not a terminal or under CI)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, Mapping):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def dumps(obj: Mapping[str, Any]) -> str:
+    return json.dumps(_clean(obj), sort_keys=False)
+
+
+def emit(result: Mapping[str, Any], *, as_json: bool, title: str = "") -> None:
+    """Print ``result`` as one JSON object (``--json``) or as a two-column table."""
+    if as_json:
+        print(dumps(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title or None, show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    for k, v in result.items():
+        if isinstance(v, list) and v and isinstance(v[0], Mapping):
+            continue
+        table.add_row(str(k), _fmt(v))
+    Console().print(table)
+    for k, v in result.items():
+        if isinstance(v, list) and v and isinstance(v[0], Mapping):
+            print_rows(v, title=str(k))
+
+
+def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> None:
+    """A list of dicts as a table (columns from the first row)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        return
+    table = Table(title=title or None)
+    cols = list(rows[0].keys())
+    for c in cols:
+        table.add_column(str(c))
+    for r in rows:
+        table.add_row(*[_fmt(r.get(c)) for c in cols])
+    Console().print(table)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.4e}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def progress_enabled() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI") and not os.environ.get("AICACHE_NO_PROGRESS")
+
+
+@contextmanager
+def progress(total: float | None, description: str, *, enabled: bool | None = None) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields an object with ``advance(n)``."""
+    if enabled is None:
+        enabled = progress_enabled()
+    if not enabled:
+        yield _NullBar()
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=Console(file=sys.stderr), transient=True) as prog:
+        task = prog.add_task(description, total=total)
+        yield _Bar(prog, task)
+
+
+class _NullBar:
+    def advance(self, n: float = 1) -> None:
+        pass
+
+
+class _Bar:
+    def __init__(self, prog: Any, task: Any) -> None:
+        self._prog, self._task = prog, task
+
+    def advance(self, n: float = 1) -> None:
+        self._prog.advance(self._task, n)
+
+
+def track(items: Iterable[T], total: int | None, description: str) -> Iterator[T]:
+    with progress(total, description) as bar:
+        for x in items:
+            yield x
+            bar.advance(1)

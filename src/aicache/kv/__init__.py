@@ -1,0 +1,1 @@
+"""KV-cache policies: radix metadata, SARIA admission/promotion/planning/pacing, SAECache."""

@@ -1,0 +1,50 @@
+"""Policy registries. One line per policy: ``name -> "module:Class"`` (imported lazily).
+
+Adding a policy = one module + one registration line here; the contract tests in
+``tests/test_policy_contract.py`` pick it up with no new test code.
+"""
+
+from __future__ import annotations
+
+from aicache.policies.base import (
+    AdmissionPolicy,
+    EvictionPolicy,
+    PrefetchPolicy,
+)
+from aicache.registry import Registry
+
+EVICTION: Registry[type[EvictionPolicy]] = Registry("eviction policy")
+PREFETCH: Registry[type[PrefetchPolicy]] = Registry("prefetch policy")
+ADMISSION: Registry[type[AdmissionPolicy]] = Registry("admission policy")
+
+_E = "aicache.policies.eviction"
+EVICTION.register("lru", f"{_E}.lru:LRU", "least recently used")
+EVICTION.register("fifo", f"{_E}.fifo:FIFO", "first in, first out")
+EVICTION.register("lfu", f"{_E}.lfu:LFU", "least frequently used (libCacheSim tie-breaking)")
+EVICTION.register("clock", f"{_E}.clock:Clock", "CLOCK (second chance)")
+EVICTION.register("2-random", f"{_E}.random2:TwoRandom", "JuiceFS: sample two, evict the older")
+EVICTION.register("arc", f"{_E}.arc:ARC", "adaptive replacement cache")
+EVICTION.register("lecar", f"{_E}.lecar:LeCaR", "regret-minimising LRU/LFU mix")
+EVICTION.register("sieve", f"{_E}.sieve:Sieve", "SIEVE (NSDI'24)")
+EVICTION.register("s3fifo", f"{_E}.s3fifo:S3FIFO", "S3-FIFO (SOSP'23)")
+EVICTION.register("belady", f"{_E}.belady:Belady", "offline optimum from next-access times")
+EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no eviction: refuse inserts when full")
+
+PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
+ADMISSION.register("always", "aicache.policies.base:AlwaysAdmit", "admit every object")
+
+
+def make_eviction(name: str, capacity: int, **kwargs: object) -> EvictionPolicy:
+    """Instantiate the eviction policy registered as ``name``."""
+    return EVICTION.get(name)(capacity, **kwargs)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "ADMISSION",
+    "EVICTION",
+    "PREFETCH",
+    "AdmissionPolicy",
+    "EvictionPolicy",
+    "PrefetchPolicy",
+    "make_eviction",
+]

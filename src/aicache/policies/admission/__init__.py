@@ -1,0 +1,1 @@
+"""Admission policies, one per module; registered in :mod:`aicache.policies`."""

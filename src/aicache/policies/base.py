@@ -1,0 +1,135 @@
+"""The policy core: eviction, admission and prefetch interfaces.
+
+Policies are pure: they never read a clock, never do I/O and never draw randomness that
+was not injected. The caller (simulator or real engine) tells them ``now`` and the event.
+The *cache* (``aicache.sim.cache.Cache`` in simulation, the block stores in the real
+engines) owns storage and byte accounting; an eviction policy only keeps an order and names
+a victim — the shape cachetools and libCacheSim share.
+
+Event contract for an :class:`EvictionPolicy` (keys are hashable, usually ``int``):
+
+* ``on_hit(key, size, now)``   — a resident key was requested.
+* ``on_insert(key, size, now)`` — the cache stored ``key`` (after a miss, or a prefetch
+  with ``prefetch=True`` via :meth:`EvictionPolicy.on_prefetch_insert`).
+* ``victim(now)`` — choose a resident key, forget it, return it. The cache removes its
+  bytes. Called only while the policy holds at least one key.
+* ``on_remove(key)`` — the cache dropped ``key`` for its own reasons (invalidated, corrupt,
+  eager eviction); forget it without choosing.
+
+Invariant (tested over the whole registry): the set of keys a policy holds equals the set
+the cache holds, at every step.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, ClassVar
+
+Key = Hashable
+
+
+class EvictionPolicy(ABC):
+    """Keeps an order over resident keys and names victims.
+
+    ``capacity`` is the cache's capacity in the cache's unit (objects or bytes); policies
+    that size internal queues by it (S3-FIFO, ARC) need it. ``rng`` is the only source of
+    randomness a policy may use.
+    """
+
+    __slots__ = ("capacity", "rng")
+    name: ClassVar[str] = ""
+    #: True when the policy needs the next access time of every request (Belady).
+    needs_future: ClassVar[bool] = False
+    #: True when the policy may refuse to insert (``admit`` is consulted on a miss).
+    may_reject: ClassVar[bool] = False
+
+    def __init__(self, capacity: int, *, rng: random.Random | None = None, **params: Any) -> None:
+        if params:
+            raise TypeError(f"{type(self).__name__} got unknown parameters: {sorted(params)}")
+        self.capacity = capacity
+        self.rng = rng if rng is not None else random.Random(0)
+
+    # -- events -----------------------------------------------------------------------
+    @abstractmethod
+    def on_hit(self, key: Key, size: int, now: float) -> None: ...
+
+    @abstractmethod
+    def on_insert(self, key: Key, size: int, now: float) -> None: ...
+
+    @abstractmethod
+    def victim(self, now: float) -> Key: ...
+
+    @abstractmethod
+    def on_remove(self, key: Key) -> None: ...
+
+    def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
+        """A prefetched block was stored. Not an access; default: insert like a miss."""
+        self.on_insert(key, size, now)
+
+    def admit(self, key: Key, size: int, used: int, now: float) -> bool:
+        """Whether to store ``key`` after a miss; ``used`` is the cache's occupancy."""
+        return True
+
+    def set_next_access(self, next_vtime: int) -> None:
+        """Told before each request when :attr:`needs_future` (virtual time, -1 = never)."""
+
+    # -- inspection ---------------------------------------------------------------------
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def keys(self) -> Iterable[Key]:
+        """The resident keys the policy tracks (for invariant checks; may be slow)."""
+
+
+class AdmissionPolicy(ABC):
+    """Decides whether a missed object is stored at all (e.g. SARIA's SSD admission)."""
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def admit(self, key: Key, size: int, now: float) -> bool: ...
+
+
+class AlwaysAdmit(AdmissionPolicy):
+    name = "always"
+
+    def admit(self, key: Key, size: int, now: float) -> bool:
+        return True
+
+
+class PrefetchPolicy(ABC):
+    """Told of every demand access; returns the blocks it wants fetched next.
+
+    ``unit`` is the cache unit (file or dataset directory) and ``block`` a block id whose
+    neighbours within a unit are consecutive integers. Prefetched blocks that arrive are
+    reported with :meth:`on_prefetch_used` / :meth:`on_prefetch_wasted` so adaptive
+    prefetchers can grow or shrink their window.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]: ...
+
+    def on_prefetch_used(self, block: int, now: float) -> None:
+        """A prefetched block was read before it was evicted."""
+
+    def on_prefetch_wasted(self, block: int, now: float) -> None:
+        """A prefetched block was evicted unread."""
+
+    def reset(self) -> None:
+        """Forget learned state (an executor switch)."""
+
+
+class NoPrefetch(PrefetchPolicy):
+    name = "none"
+    _EMPTY: tuple[int, ...] = ()
+
+    def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
+        return self._EMPTY

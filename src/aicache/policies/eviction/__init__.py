@@ -1,0 +1,1 @@
+"""Eviction policies, one per module; registered in :mod:`aicache.policies`."""

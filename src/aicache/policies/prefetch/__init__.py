@@ -1,0 +1,1 @@
+"""Prefetch policies, one per module; registered in :mod:`aicache.policies`."""

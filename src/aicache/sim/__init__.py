@@ -1,0 +1,1 @@
+"""Simulators: drive the pure policies with a virtual clock and a cost model."""

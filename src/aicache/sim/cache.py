@@ -1,0 +1,132 @@
+"""The cache template shared by the simulator and the real engines.
+
+``Cache.request`` is libCacheSim's ``cache_get_base``: look up → hit; else (if the object
+can fit at all and the policy admits it) evict until it fits → insert. The cache owns the
+byte accounting; the policy only orders keys and names victims.
+
+Accounting that matches libCacheSim (documented because it differs from the "obvious" one):
+
+* Every request counts, including the first access to an object (compulsory misses).
+* In objects mode every object has size 1, whatever the trace says.
+* An object larger than the whole cache is a miss and is *not* inserted (libCacheSim's
+  ``can_insert``); nothing is evicted for it.
+* A hit on an object whose size changed keeps the stored size (libCacheSim does not
+  re-size on hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aicache.policies.base import EvictionPolicy, Key
+
+
+@dataclass(slots=True)
+class CacheStats:
+    requests: int = 0
+    hits: int = 0
+    bytes_requested: int = 0
+    bytes_hit: int = 0
+    evictions: int = 0
+    rejected: int = 0
+
+    @property
+    def miss_ratio(self) -> float:
+        return 1.0 - self.hits / self.requests if self.requests else 0.0
+
+    @property
+    def byte_miss_ratio(self) -> float:
+        return 1.0 - self.bytes_hit / self.bytes_requested if self.bytes_requested else 0.0
+
+
+class Cache:
+    """Capacity accounting around an eviction policy.
+
+    ``capacity`` is in objects (``size_mode="objects"``: every size counts as 1) or bytes.
+    Invariant: ``used <= capacity`` after every call, and ``policy``'s keys == ``sizes``'
+    keys.
+    """
+
+    __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "stats")
+
+    def __init__(self, capacity: int, policy: EvictionPolicy, size_mode: str = "objects") -> None:
+        if size_mode not in ("objects", "bytes"):
+            raise ValueError(f"size_mode must be 'objects' or 'bytes', not {size_mode!r}")
+        self.capacity = int(capacity)
+        self.policy = policy
+        self.objects_mode = size_mode == "objects"
+        self.sizes: dict[Key, int] = {}
+        self.used = 0
+        self.stats = CacheStats()
+
+    def request(self, key: Key, size: int, now: float) -> bool:
+        """A demand access. Returns True on a hit. Inserts on a miss when possible."""
+        st = self.stats
+        st.requests += 1
+        st.bytes_requested += size
+        nbytes = size
+        if self.objects_mode:
+            size = 1
+        sizes = self.sizes
+        policy = self.policy
+        if key in sizes:
+            st.hits += 1
+            st.bytes_hit += nbytes
+            policy.on_hit(key, size, now)
+            return True
+        if size > self.capacity:
+            return False
+        if policy.may_reject and not policy.admit(key, size, self.used, now):
+            st.rejected += 1
+            return False
+        cap = self.capacity - size
+        while self.used > cap:
+            victim = policy.victim(now)
+            self.used -= sizes.pop(victim)
+            st.evictions += 1
+        sizes[key] = size
+        self.used += size
+        policy.on_insert(key, size, now)
+        return False
+
+    def insert(self, key: Key, size: int, now: float, prefetch: bool = True) -> bool:
+        """Store ``key`` without counting an access (prefetch). False if it cannot fit."""
+        if self.objects_mode:
+            size = 1
+        if key in self.sizes or size > self.capacity:
+            return False
+        policy = self.policy
+        if policy.may_reject and not policy.admit(key, size, self.used, now):
+            return False
+        cap = self.capacity - size
+        while self.used > cap:
+            victim = policy.victim(now)
+            self.used -= self.sizes.pop(victim)
+            self.stats.evictions += 1
+        self.sizes[key] = size
+        self.used += size
+        if prefetch:
+            policy.on_prefetch_insert(key, size, now)
+        else:
+            policy.on_insert(key, size, now)
+        return True
+
+    def remove(self, key: Key) -> bool:
+        """Drop ``key`` for the cache's own reasons (not a policy choice)."""
+        size = self.sizes.pop(key, None)
+        if size is None:
+            return False
+        self.used -= size
+        self.policy.on_remove(key)
+        return True
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.sizes
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def keys(self) -> Iterable[Key]:
+        return self.sizes.keys()
+

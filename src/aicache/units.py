@@ -1,0 +1,64 @@
+"""Size and duration parsing shared by the CLI, config files and experiment specs."""
+
+from __future__ import annotations
+
+import re
+
+from aicache.errors import BadInput
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | float, *, total: int | None = None, what: str = "size") -> int:
+    """Parse ``4GiB``, ``512MiB``, ``1000`` or ``10%`` (of ``total``) into an integer.
+
+    A percentage needs ``total`` (the working set or dataset size). Errors name the input.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise BadInput(f"{what} {text!r} is negative; give a positive size")
+        return int(text)
+    s = str(text).strip()
+    if s.endswith("%"):
+        try:
+            pct = float(s[:-1])
+        except ValueError:
+            raise BadInput(f"{what} {text!r} is not a percentage like 10%") from None
+        if total is None:
+            raise BadInput(f"{what} {text!r}: a percentage needs a known working set; give an absolute size")
+        if pct < 0:
+            raise BadInput(f"{what} {text!r} is negative; give a positive size")
+        return int(total * pct / 100.0)
+    m = _SIZE.match(s)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise BadInput(f"{what} {text!r} is not a size; use e.g. 4GiB, 512MiB, 1000 or 10%")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+_DUR = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
+    """Parse ``12h``, ``30min``, ``45s``, ``250ms`` or a plain number of seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    m = _DURATION.match(str(text))
+    if not m or m.group(2).lower() not in _DUR:
+        raise BadInput(f"{what} {text!r} is not a duration; use e.g. 12h, 30min, 45s or 250ms")
+    return float(m.group(1)) * _DUR[m.group(2).lower()]
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size, e.g. ``1.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
