@@ -1,1 +1,15 @@
-"""Package."""
+"""Advisors by name: ``statistical`` (default), ``openai``, ``oracle``, ``noisy:P``,
+``record:FILE`` (wraps another advisor, writes a transcript), ``replay:FILE``.
+
+Use :func:`aicache.adaptive.advisor.registry.make_advisor` with a spec string.
+"""
+
+from aicache.adaptive.advisor.base import (
+    PATTERNS,
+    Advice,
+    Advisor,
+    DiagnosisRequest,
+    ReviewContext,
+)
+
+__all__ = ["PATTERNS", "Advice", "Advisor", "DiagnosisRequest", "ReviewContext"]

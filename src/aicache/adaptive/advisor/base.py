@@ -1,0 +1,82 @@
+"""Advisor interface: given an access window, its statistics and review context, name the
+access pattern with a confidence — or give *no advice*.
+
+Advisors are called from a background worker (real engine) or after a virtual delay
+(simulator); they may block (an HTTP call) but must never raise: any failure (bad JSON,
+unknown pattern, confidence outside [0, 1], timeout, HTTP error) is returned as ``None``
+and counted. The read path never waits on an advisor.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PATTERNS = ("sequential", "random", "skewed")
+
+TRIGGER_CHR_ANOMALY = "chr anomaly"
+TRIGGER_PERIODIC = "periodic retry"
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewContext:
+    """The third part of the runtime prompt (seed appendix A)."""
+
+    trigger: str = TRIGGER_PERIODIC  # "chr anomaly" | "periodic retry"
+    previous_state: str = "default"  # "default" | "stable" | "transition"
+    previous_pattern: str | None = None
+    older_prefix_may_be_stale: bool = False
+    recent_tail_length: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosisRequest:
+    """A snapshot handed to the advisor. ``stats`` = {"window": {...}, "recent tail": {...}}
+    as computed by :func:`aicache.adaptive.analyzer.analyze`. ``true_label`` is set only by
+    the simulator from generator labels (for the ``oracle``/``noisy`` advisors)."""
+
+    unit: str
+    window: tuple[int, ...]
+    stats: Mapping[str, Any]
+    context: ReviewContext
+    true_label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    pattern: str
+    confidence: float
+    reason: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass(slots=True)
+class AdvisorCounters:
+    calls: int = 0
+    no_advice: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s_total: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class Advisor(ABC):
+    """Names the access pattern of a window. Never raises from :meth:`advise`."""
+
+    name: ClassVar[str] = ""
+    #: Typical latency in seconds, used by the simulator as the virtual advisor delay.
+    expected_latency_s: float = 0.0
+
+    def __init__(self) -> None:
+        self.counters = AdvisorCounters()
+
+    @abstractmethod
+    def advise(self, request: DiagnosisRequest) -> Advice | None:
+        """Advice, or None for *no advice*."""
+
+    def close(self) -> None:
+        """Release connections / files."""
