@@ -11,5 +11,15 @@ from aicache.adaptive.advisor.base import (
     DiagnosisRequest,
     ReviewContext,
 )
+from aicache.adaptive.advisor.registry import ADVISORS, DEFAULT_ADVISOR, make_advisor
 
-__all__ = ["PATTERNS", "Advice", "Advisor", "DiagnosisRequest", "ReviewContext"]
+__all__ = [
+    "ADVISORS",
+    "DEFAULT_ADVISOR",
+    "PATTERNS",
+    "Advice",
+    "Advisor",
+    "DiagnosisRequest",
+    "ReviewContext",
+    "make_advisor",
+]

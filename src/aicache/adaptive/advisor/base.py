@@ -30,12 +30,34 @@ class ReviewContext:
     older_prefix_may_be_stale: bool = False
     recent_tail_length: int = 0
 
+    @classmethod
+    def for_review(
+        cls,
+        trigger: str,
+        previous_state: str,
+        previous_pattern: str | None,
+        window_length: int,
+    ) -> ReviewContext:
+        """The seed's Table 4: the stale-prefix flag is ``trigger == chr anomaly or
+        previous_state == transition``; the tail length is the analyzer's ``t``."""
+        from aicache.adaptive.analyzer import tail_length
+
+        return cls(
+            trigger=trigger,
+            previous_state=previous_state,
+            previous_pattern=previous_pattern if previous_pattern in PATTERNS else None,
+            older_prefix_may_be_stale=trigger == TRIGGER_CHR_ANOMALY or previous_state == "transition",
+            recent_tail_length=tail_length(window_length),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class DiagnosisRequest:
     """A snapshot handed to the advisor. ``stats`` = {"window": {...}, "recent tail": {...}}
-    as computed by :func:`aicache.adaptive.analyzer.analyze`. ``true_label`` is set only by
-    the simulator from generator labels (for the ``oracle``/``noisy`` advisors)."""
+    as computed by :func:`aicache.adaptive.analyzer.analyze`; an empty mapping means
+    "statistics off" (the ablation: LLM advisors then send neither the statistics nor their
+    guide). ``true_label`` is set only by the simulator from generator labels (for the
+    ``oracle``/``noisy`` advisors)."""
 
     unit: str
     window: tuple[int, ...]
@@ -62,6 +84,11 @@ class AdvisorCounters:
     output_tokens: int = 0
     latency_s_total: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, kind: str) -> None:
+        """Count one *no advice* outcome of the given kind."""
+        self.no_advice += 1
+        self.errors[kind] = self.errors.get(kind, 0) + 1
 
 
 class Advisor(ABC):
