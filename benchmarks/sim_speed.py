@@ -1,0 +1,172 @@
+"""Simulator speed against libCacheSim's C trace loop, on the same file, in one process.
+
+Generates a seeded Zipf trace (>= 1 M requests by default), writes it as an
+oracle-general file (size 1 per request, so libCacheSim counts objects like our objects
+mode), then for each policy runs
+
+* libCacheSim: ``cache.process_trace(TraceReader(file))`` with ``hashpower`` fitted to the
+  trace's object count (the default 2**24-bucket table would make it slower than it is);
+* ours: :func:`aicache.sim.cache_sim.simulate` on the same file — reader, pre-pass (working
+  set), and ``Cache.request`` per request, the path ``aicache sim cache`` takes.
+
+It prints requests/s of each and the ratio (total, and the replay loop alone without the
+pre-pass), checks that both report the same miss ratio, and — when a policy of the goal set
+(LRU, S3-FIFO) is below 0.25x — profiles our run to show where the time goes.
+
+    python benchmarks/sim_speed.py [--requests 1000000] [--objects 100000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import math
+import os
+import pstats
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+GOAL = 0.25
+GOAL_POLICIES = ("lru", "s3fifo")
+LCS_CLASSES = {"lru": "LRU", "s3fifo": "S3FIFO", "arc": "ARC", "fifo": "FIFO", "sieve": "Sieve",
+               "clock": "Clock", "lfu": "LFU"}
+
+
+@dataclass
+class Row:
+    policy: str
+    libcachesim_rps: float
+    ours_rps: float
+    ours_loop_rps: float
+    ratio: float
+    loop_ratio: float
+    libcachesim_miss_ratio: float
+    ours_miss_ratio: float
+
+
+def zipf_trace(requests: int, objects: int, alpha: float, seed: int) -> np.ndarray:
+    """Object ids drawn from a bounded Zipf(alpha) over ``objects`` ids; popularity rank is
+    shuffled onto ids so that id order says nothing about popularity."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, objects + 1, dtype=np.float64) ** alpha
+    p /= p.sum()
+    ranks = rng.choice(objects, size=requests, p=p)
+    ids = rng.permutation(objects).astype(np.uint64) + 1
+    return ids[ranks]
+
+
+def write_trace_file(ids: np.ndarray, path: str) -> None:
+    from aicache.traces.formats._common import make_batch
+    from aicache.traces.formats.oracle_general import write_oracle_general
+
+    n = len(ids)
+    step = 1 << 16
+    batches = [make_batch(np.arange(s, min(n, s + step), dtype=np.float64).tolist(),
+                          ids[s:s + step].tolist(), [1] * min(step, n - s))
+               for s in range(0, n, step)]
+    write_oracle_general(path, batches)
+
+
+def run_libcachesim(policy: str, path: str, cap: int, hashpower: int) -> tuple[float, float]:
+    import libcachesim as lcs
+
+    cache = getattr(lcs, LCS_CLASSES[policy])(cache_size=cap, hashpower=hashpower)
+    reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
+    t = time.perf_counter()
+    mr, _ = cache.process_trace(reader)
+    return time.perf_counter() - t, float(mr)
+
+
+def run_ours(policy: str, path: str, cap: int):  # type: ignore[no-untyped-def]
+    from aicache.sim.cache_sim import simulate
+
+    return simulate(path, policy, cap, fmt="oracle-general", progress=False)
+
+
+def profile_ours(policy: str, path: str, cap: int, top: int = 12) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    run_ours(policy, path, cap)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--objects", type=int, default=100_000)
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--cache-pct", type=float, default=10.0, help="cache size, %% of distinct objects")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policies", default="lru,s3fifo,arc")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N timings (shared machines are noisy)")
+    ap.add_argument("--profile", action="store_true", help="profile our runs even when at goal")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    from aicache.policies import EVICTION
+
+    ids = zipf_trace(args.requests, args.objects, args.alpha, args.seed)
+    distinct = int(len(np.unique(ids)))
+    cap = max(1, int(distinct * args.cache_pct / 100))
+    hashpower = max(10, math.ceil(math.log2(distinct)) + 1)
+    policies = [p for p in args.policies.split(",") if p]
+    rows: list[Row] = []
+    profiles: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "zipf.oracleGeneral")
+        write_trace_file(ids, path)
+        for pol in policies:
+            if pol not in EVICTION or pol not in LCS_CLASSES:
+                print(f"sim_speed: skipping {pol!r}: not in both simulators", file=sys.stderr)
+                continue
+            lcs_best, ours_best, loop_best = math.inf, math.inf, math.inf
+            lcs_mr = ours_mr = math.nan
+            for _ in range(args.repeat):
+                dt, lcs_mr = run_libcachesim(pol, path, cap, hashpower)
+                lcs_best = min(lcs_best, dt)
+                r = run_ours(pol, path, cap)
+                ours_mr = r.miss_ratio
+                ours_best = min(ours_best, r.wall_seconds)
+                loop_best = min(loop_best, r.wall_seconds - r.scan_seconds)
+            n = args.requests
+            row = Row(pol, n / lcs_best, n / ours_best, n / loop_best, lcs_best / ours_best,
+                      lcs_best / loop_best, lcs_mr, ours_mr)
+            rows.append(row)
+            if args.profile or (pol in GOAL_POLICIES and row.ratio < GOAL):
+                profiles[pol] = profile_ours(pol, path, cap)
+
+    result = {
+        "requests": args.requests, "objects": distinct, "alpha": args.alpha, "cache_size": cap,
+        "hashpower": hashpower, "seed": args.seed, "goal_ratio": GOAL,
+        "results": [asdict(r) for r in rows],
+        "meets_goal": {r.policy: r.ratio >= GOAL for r in rows if r.policy in GOAL_POLICIES},
+        "miss_ratios_agree": {r.policy: abs(r.libcachesim_miss_ratio - r.ours_miss_ratio) < 1e-9
+                              for r in rows},
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{args.requests} requests, {distinct} objects, Zipf alpha {args.alpha}, "
+              f"cache {cap} objects, libCacheSim hashpower {hashpower}")
+        print(f"{'policy':8} {'libCacheSim req/s':>18} {'ours req/s':>12} {'ours loop req/s':>16} "
+              f"{'ratio':>6} {'loop ratio':>10} {'miss (lcs / ours)':>20}")
+        for r in rows:
+            print(f"{r.policy:8} {r.libcachesim_rps:18,.0f} {r.ours_rps:12,.0f} {r.ours_loop_rps:16,.0f} "
+                  f"{r.ratio:6.3f} {r.loop_ratio:10.3f} {r.libcachesim_miss_ratio:9.4f} / {r.ours_miss_ratio:.4f}")
+    for pol, text in profiles.items():
+        print(f"\n--- where our time goes: {pol} (cProfile, by own time) ---", file=sys.stderr)
+        print(text, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

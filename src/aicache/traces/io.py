@@ -1,0 +1,139 @@
+"""Opening traces by path: format auto-detection, the source objects, and the writers.
+
+``open_trace(path)`` returns a re-iterable *source* (``.format``, ``.kind``,
+``.batches(batch_size)`` for block/object formats — KV formats expand to block requests —,
+``.requests()`` for KV formats, ``.units`` for block-csv, ``.bad_records``).
+
+Auto-detection looks at content, never at the file name: a binary file whose size is a
+multiple of 24 with plausible fields is ``oracle-general``; a JSON-lines file is decided by
+the keys of its first object (kv-jsonl's session/block keys, else bailian's chat ids, else
+mooncake); a csv header naming ``unit`` is ``block-csv``, any other comma-separated file is
+``lcs-csv``; anything else is ``lcs-txt`` (one id per line).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Callable, Iterable
+
+from aicache.errors import BadInput
+from aicache.traces import FORMATS
+from aicache.traces.base import KVRequest, RequestBatch
+from aicache.traces.formats._common import TraceSource, compression, open_binary, read_exact
+from aicache.traces.formats.block_csv import BlockCsvWriter, write_block_csv
+from aicache.traces.formats.kv_jsonl import write_kv_jsonl
+
+_HEAD = 1 << 16
+
+
+def _first_line(head: bytes) -> str:
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _is_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    try:
+        head[: max(0, len(head) - 3)].decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def detect_format(path: str) -> str:
+    """The format name of the trace at ``path``, decided by its content."""
+    from aicache.traces.formats import oracle_general
+    from aicache.traces.formats.bailian import MARKER_KEYS as BAILIAN_KEYS
+    from aicache.traces.formats.block_csv import looks_like as is_block_csv
+    from aicache.traces.formats.kv_jsonl import MARKER_KEYS as KV_KEYS
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as raw:
+            compressed = compression(raw.read(4)) is not None
+        with open_binary(path) as f:
+            head = read_exact(f, _HEAD)
+            first_full = head.split(b"\n", 1)[0] if b"\n" in head else head + f.readline()
+    except OSError as exc:
+        raise BadInput(f"cannot read trace {path!r}: {exc.strerror or exc}; check the path") from None
+    except (EOFError, ValueError) as exc:  # gzip.BadGzipFile is an OSError; zstd raises ZstdError
+        raise BadInput(f"cannot decompress trace {path!r}: {exc}") from None
+    if not head:
+        return "lcs-txt"
+    if _is_binary(head):
+        # The size test needs the decompressed size; for a compressed file the reader
+        # reports a truncated last record instead.
+        if (compressed or size % oracle_general.RECORD_SIZE == 0) and oracle_general.plausible(head):
+            return "oracle-general"
+        raise BadInput(
+            f"trace {path!r} is binary but not an oracle-general trace (size {size} is not a "
+            "multiple of 24 bytes or its fields are implausible); pass --format"
+        )
+    first = _first_line(first_full if first_full.strip() else head)
+    if first.startswith("{"):
+        try:
+            d = json.loads(first)
+        except ValueError:
+            raise BadInput(f"{path}: record 1: looks like JSON lines but is not valid JSON; "
+                           "fix it or pass --format") from None
+        if any(k in d for k in KV_KEYS):
+            return "kv-jsonl"
+        if any(k in d for k in BAILIAN_KEYS):
+            return "bailian"
+        if "hash_ids" in d:
+            return "mooncake"
+        raise BadInput(f"{path}: JSON lines without hash_ids are not a known KV trace format; "
+                       "pass --format")
+    if "," in first:
+        header = next(csv.reader([first]))
+        return "block-csv" if is_block_csv(header) else "lcs-csv"
+    return "lcs-txt"
+
+
+def open_trace(path: str | os.PathLike[str], fmt: str = "auto", skip_bad: bool = False) -> TraceSource:
+    """A source for the trace at ``path`` (``fmt="auto"`` detects the format).
+
+    A missing or unreadable file is a :class:`BadInput` naming the path; an unknown format
+    name lists the valid ones.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p) or not os.access(p, os.R_OK):
+        why = "no such file" if not os.path.exists(p) else "not a readable file"
+        raise BadInput(f"cannot read trace {p!r}: {why}; check the path")
+    if fmt in (None, "", "auto"):
+        fmt = detect_format(p)
+    return FORMATS.get(fmt)(p, skip_bad=skip_bad)
+
+
+def write_trace(path: str, fmt: str, data: Iterable[RequestBatch] | Iterable[KVRequest],
+                units: list[str] | None = None) -> int:
+    """Write ``data`` in format ``fmt`` (batches for block formats, requests for KV ones)."""
+    writers = {
+        "block-csv": lambda: write_block_csv(path, data, units or []),  # type: ignore[arg-type]
+        "kv-jsonl": lambda: write_kv_jsonl(path, data),  # type: ignore[arg-type]
+        "lcs-csv": lambda: _lazy("lcs_csv", "write_lcs_csv")(path, data),
+        "lcs-txt": lambda: _lazy("lcs_txt", "write_lcs_txt")(path, data),
+        "oracle-general": lambda: _lazy("oracle_general", "write_oracle_general")(path, data),
+        "mooncake": lambda: _lazy("mooncake", "write_mooncake")(path, data),
+        "bailian": lambda: _lazy("bailian", "write_bailian")(path, data),
+    }
+    if fmt not in writers:
+        raise BadInput(f"unknown trace format {fmt!r}; valid: {', '.join(sorted(writers))}")
+    return int(writers[fmt]())
+
+
+def _lazy(module: str, attr: str) -> Callable[..., int]:
+    import importlib
+
+    fn: Callable[..., int] = getattr(importlib.import_module(f"aicache.traces.formats.{module}"), attr)
+    return fn
+
+
+__all__ = ["BlockCsvWriter", "detect_format", "open_trace", "write_block_csv", "write_kv_jsonl",
+           "write_trace"]
