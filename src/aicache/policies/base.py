@@ -16,6 +16,24 @@ Event contract for an :class:`EvictionPolicy` (keys are hashable, usually ``int`
 * ``on_remove(key)`` — the cache dropped ``key`` for its own reasons (invalidated, corrupt,
   eager eviction); forget it without choosing.
 
+Two optional hooks exist because libCacheSim's ``find``/``insert`` give some algorithms
+more than the four events above, and matching libCacheSim exactly needs them:
+
+* ``on_miss(key, size, now)`` — called on every demand miss, *before* the cache checks
+  whether the object fits, when the class sets ``sees_misses = True``. Ghost-list policies
+  (ARC, S3-FIFO, LeCaR) learn here: a ghost hit adapts ARC's target ``p`` and LeCaR's
+  weights even when the object is then too large to store, and the insert that follows
+  goes to the frequent queue. ARC's eviction also depends on the incoming object's size.
+  Returning ``False`` refuses the object before any eviction (libCacheSim's per-algorithm
+  ``can_insert``; S3-FIFO refuses objects larger than its small queue) — one call instead
+  of ``on_miss`` + ``admit`` on the hot path. A driver that never calls ``on_miss`` still
+  keeps a consistent policy (it just never sees a ghost hit), but one that calls it must
+  not store an object it refused.
+* ``on_insert`` may return ``False`` to *decline* the object after the cache has already
+  made room (libCacheSim's ``insert`` returning NULL; S3-FIFO does this for an object as
+  large as its small queue). The cache then does not store it. Policies that can do this
+  set ``may_decline = True``; every driver must honour it (``Cache`` does).
+
 Invariant (tested over the whole registry): the set of keys a policy holds equals the set
 the cache holds, at every step.
 """
@@ -44,6 +62,10 @@ class EvictionPolicy(ABC):
     needs_future: ClassVar[bool] = False
     #: True when the policy may refuse to insert (``admit`` is consulted on a miss).
     may_reject: ClassVar[bool] = False
+    #: True when the cache must call :meth:`on_miss` on every demand miss.
+    sees_misses: ClassVar[bool] = False
+    #: True when :meth:`on_insert` may return ``False`` (object declined after eviction).
+    may_decline: ClassVar[bool] = False
 
     def __init__(self, capacity: int, *, rng: random.Random | None = None, **params: Any) -> None:
         if params:
@@ -56,7 +78,8 @@ class EvictionPolicy(ABC):
     def on_hit(self, key: Key, size: int, now: float) -> None: ...
 
     @abstractmethod
-    def on_insert(self, key: Key, size: int, now: float) -> None: ...
+    def on_insert(self, key: Key, size: int, now: float) -> bool | None:
+        """Store ``key``. Return ``False`` only if :attr:`may_decline` and it was declined."""
 
     @abstractmethod
     def victim(self, now: float) -> Key: ...
@@ -64,9 +87,16 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def on_remove(self, key: Key) -> None: ...
 
-    def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
+    def on_prefetch_insert(self, key: Key, size: int, now: float) -> bool | None:
         """A prefetched block was stored. Not an access; default: insert like a miss."""
-        self.on_insert(key, size, now)
+        return self.on_insert(key, size, now)
+
+    def on_miss(self, key: Key, size: int, now: float) -> bool | None:
+        """A demand miss on ``key``, before any size check (only if :attr:`sees_misses`).
+
+        Return ``False`` to refuse storing ``key`` (nothing is evicted for it).
+        """
+        return None
 
     def admit(self, key: Key, size: int, used: int, now: float) -> bool:
         """Whether to store ``key`` after a miss; ``used`` is the cache's occupancy."""

@@ -12,6 +12,14 @@ Accounting that matches libCacheSim (documented because it differs from the "obv
   ``can_insert``); nothing is evicted for it.
 * A hit on an object whose size changed keeps the stored size (libCacheSim does not
   re-size on hit).
+
+Two policy hooks mirror what libCacheSim's ``find``/``insert`` let an algorithm do (see
+:mod:`aicache.policies.base`): a policy with ``sees_misses`` is told of every demand miss
+before the size check (libCacheSim's ``find`` runs before ``can_insert``; ``on_miss``
+returning False is the policy's ``can_insert`` saying no), and a policy with
+``may_decline`` may refuse the object in ``on_insert`` after room was made (libCacheSim's
+``insert`` returning NULL) — the evictions stand, the object is not stored, and
+``stats.rejected`` counts it. Policies without these flags cost nothing extra.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ class Cache:
     keys.
     """
 
-    __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "stats")
+    __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "stats", "_on_miss")
 
     def __init__(self, capacity: int, policy: EvictionPolicy, size_mode: str = "objects") -> None:
         if size_mode not in ("objects", "bytes"):
@@ -59,6 +67,7 @@ class Cache:
         self.sizes: dict[Key, int] = {}
         self.used = 0
         self.stats = CacheStats()
+        self._on_miss = policy.on_miss if policy.sees_misses else None
 
     def request(self, key: Key, size: int, now: float) -> bool:
         """A demand access. Returns True on a hit. Inserts on a miss when possible."""
@@ -75,6 +84,10 @@ class Cache:
             st.bytes_hit += nbytes
             policy.on_hit(key, size, now)
             return True
+        on_miss = self._on_miss
+        if on_miss is not None and on_miss(key, size, now) is False:
+            st.rejected += 1
+            return False
         if size > self.capacity:
             return False
         if policy.may_reject and not policy.admit(key, size, self.used, now):
@@ -85,13 +98,16 @@ class Cache:
             victim = policy.victim(now)
             self.used -= sizes.pop(victim)
             st.evictions += 1
+        if policy.on_insert(key, size, now) is False:
+            st.rejected += 1
+            return False
         sizes[key] = size
         self.used += size
-        policy.on_insert(key, size, now)
         return False
 
     def insert(self, key: Key, size: int, now: float, prefetch: bool = True) -> bool:
-        """Store ``key`` without counting an access (prefetch). False if it cannot fit."""
+        """Store ``key`` without counting an access (prefetch). False if it cannot fit or
+        the policy declines it."""
         if self.objects_mode:
             size = 1
         if key in self.sizes or size > self.capacity:
@@ -104,12 +120,14 @@ class Cache:
             victim = policy.victim(now)
             self.used -= self.sizes.pop(victim)
             self.stats.evictions += 1
+        if prefetch:
+            stored = policy.on_prefetch_insert(key, size, now)
+        else:
+            stored = policy.on_insert(key, size, now)
+        if stored is False:
+            return False
         self.sizes[key] = size
         self.used += size
-        if prefetch:
-            policy.on_prefetch_insert(key, size, now)
-        else:
-            policy.on_insert(key, size, now)
         return True
 
     def remove(self, key: Key) -> bool:

@@ -1,0 +1,45 @@
+"""FIFO: evict the key inserted longest ago; hits change nothing (libCacheSim ``FIFO.c``)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from aicache.policies.base import EvictionPolicy, Key
+
+
+class FIFO(EvictionPolicy):
+    """First in, first out.
+
+    ``OrderedDict`` rather than ``dict``: popping the oldest key of a plain dict gets slower
+    as deleted slots pile up at its front, while ``popitem(last=False)`` stays O(1).
+    """
+
+    name = "fifo"
+    __slots__ = ("_order",)
+
+    def __init__(self, capacity: int, **kw: Any) -> None:
+        super().__init__(capacity, **kw)
+        self._order: OrderedDict[Key, None] = OrderedDict()
+
+    def on_hit(self, key: Key, size: int, now: float) -> None:
+        pass
+
+    def on_insert(self, key: Key, size: int, now: float) -> None:
+        self._order[key] = None
+
+    def victim(self, now: float) -> Key:
+        return self._order.popitem(last=False)[0]
+
+    def on_remove(self, key: Key) -> None:
+        del self._order[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def keys(self) -> Iterable[Key]:
+        return self._order.keys()
