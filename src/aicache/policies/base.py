@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, ClassVar
 
 Key = Hashable
@@ -90,6 +90,12 @@ class EvictionPolicy(ABC):
     def on_prefetch_insert(self, key: Key, size: int, now: float) -> bool | None:
         """A prefetched block was stored. Not an access; default: insert like a miss."""
         return self.on_insert(key, size, now)
+
+    def fast_hit(self) -> Callable[[Key], object] | None:
+        """Optionally, a callable taking only the key that does exactly what ``on_hit``
+        does (for any size and time) — e.g. a C method — so the cache's hit path skips a
+        Python frame. ``None`` (the default) means "call ``on_hit``"."""
+        return None
 
     def on_miss(self, key: Key, size: int, now: float) -> bool | None:
         """A demand miss on ``key``, before any size check (only if :attr:`sees_misses`).

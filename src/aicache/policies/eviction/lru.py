@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aicache.policies.base import EvictionPolicy, Key
@@ -26,6 +26,10 @@ class LRU(EvictionPolicy):
 
     def on_hit(self, key: Key, size: int, now: float) -> None:
         self._order.move_to_end(key)
+
+    def fast_hit(self) -> Callable[[Key], object] | None:
+        # Exact only while on_hit is ours (a subclass may add bookkeeping).
+        return self._order.move_to_end if type(self).on_hit is LRU.on_hit else None
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._order[key] = None
