@@ -6,13 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-test}"
 
-if ! command -v fusermount3 >/dev/null 2>&1 && ! command -v fusermount >/dev/null 2>&1; then
+# fusepy loads libfuse2 (libfuse.so.2); fuse3 brings fusermount3 and /etc/fuse.conf.
+if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2'; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing fuse3 (apt-get)" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) \
+    echo "setup: installing fuse3 libfuse2 (apt-get)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse2 >/dev/null) \
       || echo "setup: warning: could not install fuse3; FUSE mounts will not work" >&2
   else
-    echo "setup: warning: fuse3 missing and not root; run: sudo apt-get install fuse3" >&2
+    echo "setup: warning: fuse3 missing and not root; run: sudo apt-get install fuse3 libfuse2" >&2
   fi
 fi
 

@@ -1,0 +1,48 @@
+"""``aicache cache stats|verify|clear --cache-dir DIR [--json]`` — inspect a cache directory.
+
+Works on a directory an engine (mount, fsspec filesystem) created, while engines use it:
+``verify`` and ``clear`` take the store's lock, so concurrent readers stay safe.
+JSON keys: ``stats`` → ``cache_dir, blocks, used_bytes, capacity_bytes, block_size,
+checksum``; ``verify`` → ``cache_dir, checked, bad, missing, orphans, removed, clean``;
+``clear`` → ``cache_dir, removed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("cache", help="inspect, verify or empty a cache directory",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=["stats", "verify", "clear"])
+    p.add_argument("--cache-dir", required=True, help="the cache directory")
+    p.add_argument("--no-clean", action="store_true", help="verify: report only, drop nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from aicache.cli.output import emit
+    from aicache.datacache.store import BlockStore
+
+    store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
+    try:
+        out: dict[str, Any]
+        if args.action == "stats":
+            out = asdict(store.stats())
+        elif args.action == "verify":
+            res = store.verify(clean=not args.no_clean)
+            out = {"cache_dir": store.cache_dir, **asdict(res),
+                   "clean": res.bad == 0 and res.missing == 0 and res.orphans == 0}
+        else:
+            out = {"cache_dir": store.cache_dir, "removed": store.clear()}
+    finally:
+        store.close()
+    emit(out, as_json=args.json, title=f"aicache cache {args.action}")
+    if args.action == "verify" and not out["clean"]:
+        return 1
+    return 0

@@ -1,0 +1,131 @@
+"""``aicache mount REMOTE_URL MOUNTPOINT --cache-dir DIR --cache-size SIZE`` — a read-only
+FUSE mount of any fsspec store (``s3://bucket/data``, ``gs://…``, ``/local/dir``) through
+the adaptive block cache. Runs until SIGINT/SIGTERM or ``fusermount3 -u MOUNTPOINT``,
+then unmounts cleanly. Remote options: ``-o endpoint_url=http://…`` (S3 endpoint),
+``-o anon=true`` … (values parsed as JSON when they parse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from aicache.errors import BadInput
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("mount", help="mount a remote store read-only through the cache",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("remote_url", metavar="REMOTE_URL")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    add_engine_args(p)
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument("--foreground", action="store_true", help="stay in the foreground")
+    p.add_argument("--kernel-cache", action="store_true",
+                   help="keep file pages in the kernel across opens (faster re-reads, unseen by the policy)")
+    p.add_argument("--record", default=None, help=argparse.SUPPRESS)  # used by `aicache record`
+    return p
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", required=True, help="local cache directory (persists)")
+    p.add_argument("--cache-size", required=True, help="byte budget, e.g. 100GiB")
+    p.add_argument("--block-size", default="4MiB", help="cache block size (default 4MiB)")
+    p.add_argument("--policy", default="chiron", help="chiron, juicefs, alluxio, lru, … (default chiron)")
+    p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="storage option for the remote filesystem (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def remote_options(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        k, sep, v = pair.partition("=")
+        if not sep or not k:
+            raise BadInput(f"--option {pair!r} is not KEY=VALUE; e.g. -o endpoint_url=http://127.0.0.1:9000")
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    if "endpoint_url" in out:  # s3fs takes it inside client_kwargs
+        out.setdefault("client_kwargs", {})["endpoint_url"] = out.pop("endpoint_url")
+    return out
+
+
+def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """(fsspec filesystem, root path) for ``url``; bad URLs → BadInput naming the URL."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except (ValueError, ImportError) as exc:
+        raise BadInput(f"REMOTE_URL {url!r}: {exc}; use e.g. s3://bucket/prefix or /local/dir") from None
+    try:
+        ok = fs.isdir(root)
+    except Exception as exc:  # noqa: BLE001 - unreachable store
+        raise BadInput(f"REMOTE_URL {url!r} is unreachable ({type(exc).__name__}: {exc}); "
+                       "check the URL, credentials and -o endpoint_url") from None
+    if not ok:
+        raise BadInput(f"REMOTE_URL {url!r} is not a directory on the remote; give the dataset folder")
+    return fs, root
+
+
+def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
+    """Validated (cache size, EngineParams); an unknown policy fails here, before mounting."""
+    from aicache.datacache.engine import EngineParams, make_engine_system
+    from aicache.units import parse_size
+
+    size = parse_size(args.cache_size, what="--cache-size")
+    block = parse_size(args.block_size, what="--block-size")
+    if size <= 0 or block <= 0:
+        raise BadInput(f"--cache-size {args.cache_size!r} / --block-size {args.block_size!r} must be positive")
+    make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
+    return size, EngineParams(block_size=block, seed=args.seed)
+
+
+class CsvRecorder:
+    """Writes demand block accesses as block-csv (the project's trace writer), thread-safe."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        from aicache.traces.formats.block_csv import BlockCsvWriter
+
+        self._w = BlockCsvWriter(path)
+        self._lock = threading.Lock()
+
+    def __call__(self, now: float, unit: str, block: int, size: int) -> None:
+        with self._lock:
+            self._w.write(now, unit, block, size)
+
+    def close(self) -> None:
+        with self._lock:
+            self._w.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from aicache.datacache.fuse import fuse_available, mount
+
+    mp = os.path.abspath(args.mountpoint)
+    if not os.path.isdir(mp):
+        raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is not an existing directory; create it first")
+    if os.path.ismount(mp):
+        raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
+    size, params = engine_config(args)
+    why = fuse_available()
+    if why:
+        raise BadInput(why)
+    fs, root = open_remote(args.remote_url, remote_options(args.option))
+    recorder = CsvRecorder(args.record) if args.record else None
+    try:
+        mount(fs, root, mp, cache_dir=os.path.abspath(args.cache_dir), cache_size=size,
+              policy=args.policy, advisor=args.advisor, params=params,
+              foreground=args.foreground, metrics_port=args.metrics_port, record=recorder,
+              kernel_cache=args.kernel_cache)
+    finally:
+        if recorder is not None:
+            recorder.close()
+    return 0

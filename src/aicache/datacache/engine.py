@@ -1,0 +1,623 @@
+"""CacheEngine: reads of remote files through the block store, driven by a DataCacheSystem.
+
+The engine is the *real* driver of the same policy objects the simulator drives (see
+:mod:`aicache.adaptive.system` for the protocol). It owns the wall clock
+(``time.monotonic()`` since the engine started), the bytes and the threads; the system owns
+every decision (what to prefetch, whether to admit, what to evict).
+
+Block ids (stable file → block mapping): the first time a file of directory ``D`` is read,
+``D`` is listed once on the remote; its files, sorted by path, get consecutive block-id
+ranges (``ceil(size / block_size)`` ids each, at least one), allocated after every range
+handed out before. So a sorted traversal of a dataset folder is a stride-1 sequence, and
+the ids never change while the engine lives. A file that is not in its directory's listing
+(or that grew) gets a fresh range at the end. The cache *unit* of a block is its directory
+(a dataset folder is managed together, as Chiron's units are).
+
+Threads and guarantees:
+
+* Demand reads run in the caller's thread. A hit is a lock-free checksummed file read.
+* Misses and prefetches are *single-flight*: one fetch per block; a demand read of a block
+  being prefetched waits for that fetch (or, if the prefetch has not started yet, takes it
+  over) instead of fetching twice.
+* Prefetches run on a bounded pool (``max_prefetch`` concurrent fetches,
+  ``max_prefetch_bytes`` in flight; more are dropped and counted), are never reported as
+  accesses, and go through the same admission + budget as demand blocks, so they never push
+  the cache over its budget.
+* Remote errors/timeouts: ``retries`` retries with exponential backoff, then
+  :class:`RemoteReadError` (an ``OSError``, EIO) to the caller; a short or failed fetch is
+  never cached.
+* Local disk full (ENOSPC): the read returns the fetched bytes uncached; ``aicache_enospc``
+  counts it and one warning is logged.
+* The system's advisor runs in its own background thread (ChironSystem); the engine only
+  calls ``tick``; a slow or broken advisor cannot slow reads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aicache.adaptive.system import DataCacheSystem
+from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.policy import AccessResult, LocalPolicy
+from aicache.datacache.store import BlockKey, BlockStore, StoreFull
+from aicache.errors import BadInput
+
+log = logging.getLogger("aicache.datacache")
+
+DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+
+
+class RemoteReadError(OSError):
+    """A remote read failed after every retry (nothing was cached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    """What the engine knows of one remote file: its size and version (etag or mtime+size)."""
+
+    path: str
+    size: int
+    version: str
+
+
+@dataclass(slots=True)
+class EngineParams:
+    """Knobs of the engine (policy knobs live in the system)."""
+
+    block_size: int = DEFAULT_BLOCK_SIZE
+    max_prefetch: int = 8
+    max_prefetch_bytes: int = 256 * 1024 * 1024
+    retries: int = 3
+    backoff_s: float = 0.05
+    request_timeout_s: float | None = None
+    metadata_ttl_s: float = 60.0
+    seed: int = 0
+
+
+def file_version(info: dict[str, Any]) -> str:
+    """A version string that changes when the remote object changes.
+
+    S3/GCS/Azure give an ETag; local and most others give mtime; size is added so a
+    rewrite within the mtime resolution still changes it."""
+    for k in ("ETag", "etag", "md5Hash", "generation", "VersionId"):
+        v = info.get(k)
+        if v:
+            return f"{k}:{str(v).strip(chr(34))}"
+    mtime = info.get("mtime", info.get("LastModified", info.get("last_modified", info.get("created", ""))))
+    if hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    return f"m:{mtime}:{info.get('size')}"
+
+
+class _Flight:
+    """One in-flight fetch of a block. Whoever ``claim``s it fetches; others wait."""
+
+    __slots__ = ("future", "_claimed", "_mutex", "nbytes")
+
+    def __init__(self, nbytes: int, claimed: bool) -> None:
+        self.future: cf.Future[bytes] = cf.Future()
+        self._claimed = claimed
+        self._mutex = threading.Lock()
+        self.nbytes = nbytes
+
+    def claim(self) -> bool:
+        with self._mutex:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+
+class _EvictionSystem(DataCacheSystem):
+    """Adapter: an eviction policy from the registry as a system with no prefetch.
+
+    Used for plain eviction names (``lru``, ``2-random``…) when the systems registry does
+    not know the name."""
+
+    def __init__(self, name: str, capacity: int, seed: int) -> None:
+        import random
+
+        from aicache.policies import make_eviction
+
+        self.name = name  # type: ignore[misc]
+        self.policy = make_eviction(name, capacity, rng=random.Random(seed))
+
+    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        if hit:
+            self.policy.on_hit(block, size, now)
+        return ()
+
+    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
+        return self.policy.admit(block, size, used, now)
+
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+        if prefetched:
+            self.policy.on_prefetch_insert(block, size, now)
+        else:
+            self.policy.on_insert(block, size, now)
+
+    def victim(self, now: float) -> int:
+        return self.policy.victim(now)  # type: ignore[return-value]
+
+    def on_remove(self, block: int) -> None:
+        if block in self.policy:
+            self.policy.on_remove(block)
+
+
+def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
+                       advisor: Any = None, seed: int = 0) -> DataCacheSystem:
+    """A system by name: the systems registry (chiron, juicefs, alluxio, ``lru+stride``…),
+    else a bare eviction policy (``lru``) with no prefetch."""
+    if isinstance(policy, DataCacheSystem):
+        return policy
+    try:
+        from aicache.adaptive.systems import make_system
+    except ImportError:
+        make_system = None
+    if make_system is not None:
+        # Chiron's advisor runs on its own thread in a real engine (never on the read path)
+        extra = {"runner": "thread"} if policy == "chiron" else {}
+        try:
+            return make_system(policy, capacity, block_size,
+                               advisor=advisor if advisor is not None else "statistical", seed=seed,
+                               **extra)
+        except BadInput:
+            from aicache.policies import EVICTION
+
+            if policy not in EVICTION:
+                raise
+    from aicache.policies import EVICTION
+
+    if policy not in EVICTION:
+        raise BadInput(f"unknown cache policy {policy!r}; valid: {', '.join(EVICTION.names())}")
+    return _EvictionSystem(policy, capacity, seed)
+
+
+class CacheEngine:
+    """Block-cached reads of ``target`` (any fsspec filesystem) into ``cache_dir``.
+
+    ``policy``: a system name (``chiron``, ``juicefs``, ``alluxio``, ``lru+stride``, a bare
+    eviction name like ``lru``) or a DataCacheSystem instance. ``daemon``: False = this
+    process owns the policy; True/"auto" = share the cache directory's policy daemon
+    (started if missing); "connect" = it must be running. ``record(now, unit, block,
+    size)`` is told every demand access (``aicache record``). ``root``: paths are reported
+    to the system relative to it.
+    """
+
+    def __init__(self, target: Any, cache_dir: str, cache_size: int, *,
+                 policy: str | DataCacheSystem = "chiron", advisor: Any = None,
+                 params: EngineParams | None = None,
+                 record: Callable[[float, str, int, int], None] | None = None,
+                 root: str = "", daemon: bool | str = False) -> None:
+        self.params = p = params or EngineParams()
+        self._root = root.rstrip("/")
+        self.target = target
+        self.store = BlockStore(cache_dir, cache_size, p.block_size)
+        self.block_size = p.block_size
+        if daemon:
+            from aicache.datacache.daemon import DaemonPolicy
+
+            self.policy: Any = DaemonPolicy.connect(
+                cache_dir, cache_size, p.block_size, policy if isinstance(policy, str) else "chiron",
+                advisor, p.seed, spawn=daemon != "connect")
+        else:
+            self.policy = LocalPolicy(make_engine_system(policy, cache_size, p.block_size, advisor,
+                                                         p.seed), p.block_size)
+        self.metrics = EngineMetrics(self._snapshot)
+        self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
+        self.store.on_evict = lambda: self.metrics.evictions.inc()
+        self._record = record
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()  # inflight table, metadata
+        self._inflight: dict[BlockKey, _Flight] = {}
+        self._prefetch_bytes = 0
+        self._prefetch_count = 0
+        self._meta: dict[str, tuple[FileMeta, float]] = {}
+        self._listed: set[str] = set()
+        self._bases: dict[str, int] = {}
+        self._nblocks: dict[str, int] = {}
+        self._pool = cf.ThreadPoolExecutor(max_workers=max(1, p.max_prefetch),
+                                           thread_name_prefix="aicache-prefetch")
+        self._io_pool: cf.ThreadPoolExecutor | None = None
+        if p.request_timeout_s:
+            self._io_pool = cf.ThreadPoolExecutor(max_workers=max(4, 2 * p.max_prefetch),
+                                                  thread_name_prefix="aicache-io")
+        self._enospc_warned = False
+        self._policy_warned = False
+        self._closed = False
+
+    @property
+    def system(self) -> DataCacheSystem:
+        """The policy object (in this process; a daemon client has none)."""
+        return self.policy.system  # type: ignore[no-any-return]
+
+    @property
+    def policy_name(self) -> str:
+        return str(getattr(self.policy, "name", None) or getattr(self.policy.system, "name", ""))
+
+    # -- time / snapshot ---------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _snapshot(self) -> dict[str, Any]:
+        s: dict[str, Any] = {}
+        try:
+            s.update(self.policy.stats())
+        except Exception:  # noqa: BLE001 - metrics must not break on a system's bug
+            pass
+        s["used_bytes"] = self.store.used
+        s["capacity_bytes"] = self.store.capacity
+        s["blocks"] = s.get("resident_blocks", 0)
+        s["inflight_fetches"] = len(self._inflight)
+        return s
+
+    # -- metadata and the block map -------------------------------------------------------
+    def stat(self, path: str) -> FileMeta:
+        """Size and version of ``path`` (cached for ``metadata_ttl_s``)."""
+        now = time.monotonic()
+        hit = self._meta.get(path)  # a dict read is atomic; the fast path takes no lock
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        path = self.target._strip_protocol(path)
+        hit = self._meta.get(path)
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        info = self._remote(self.target.info, path)
+        if info.get("type", "file") == "directory":
+            raise IsADirectoryError(path)
+        meta = FileMeta(path, int(info["size"]), file_version(info))
+        self._ensure_mapped(meta)
+        with self._lock:
+            self._meta[path] = (meta, now)
+        return meta
+
+    def _ensure_mapped(self, meta: FileMeta) -> None:
+        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
+        if parent not in self._listed:
+            try:
+                entries = self._remote(self.target.ls, parent or "/", detail=True)
+            except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
+                entries = []
+            files = []
+            with self._lock:
+                if parent not in self._listed:
+                    self._listed.add(parent)
+                    now = time.monotonic()
+                    for e in entries:
+                        if e.get("type") != "file":
+                            continue
+                        name = self.target._strip_protocol(e["name"])
+                        m = FileMeta(name, int(e["size"]), file_version(e))
+                        self._meta.setdefault(name, (m, now))
+                        files.append((name, m.size))
+            if files:
+                for path, (base, n) in self.policy.register(files).items():
+                    self._bases[path] = base
+                    self._nblocks[path] = n
+        n = max(1, math.ceil(meta.size / self.block_size))
+        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
+            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
+            self._bases[meta.path] = base
+            self._nblocks[meta.path] = have
+
+    def block_id(self, path: str, index: int) -> int:
+        """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""
+        return self._bases[path] + index
+
+    def unit_of(self, path: str) -> str:
+        """The ``unit`` told to the system: the file's path relative to ``root`` (the mount's
+        remote root, if any). Systems group files into dataset units themselves (the first
+        path component(s)), and file-aware prefetchers (SFP) need the file."""
+        r = self._root
+        if r and path.startswith(r):
+            return path[len(r):].lstrip("/") or path
+        return path
+
+    # -- reads --------------------------------------------------------------------------------
+    def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Bytes ``[offset, offset+length)`` of ``path`` (clipped at EOF), via blocks."""
+        meta = self.stat(path)
+        if length is None:
+            length = meta.size - offset
+        end = min(meta.size, offset + length)
+        if offset < 0:
+            raise ValueError(f"negative offset {offset} reading {path}")
+        if end <= offset:
+            return b""
+        B = self.block_size
+        first, last = offset // B, (end - 1) // B
+        if first == last:
+            blk = self.read_block(meta, first)
+            s, e = offset - first * B, end - first * B
+            return blk if (s == 0 and e == len(blk)) else blk[s:e]
+        parts: list[bytes | memoryview] = []
+        for i in range(first, last + 1):
+            blk = self.read_block(meta, i)
+            s = max(offset, i * B) - i * B
+            e = min(end, (i + 1) * B) - i * B
+            parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
+        return b"".join(parts)
+
+    def read_block(self, meta: FileMeta, idx: int) -> bytes:
+        """One block of ``meta`` (a demand access: told to the system, may prefetch)."""
+        key = BlockKey(meta.path, meta.version, idx)
+        base = self._bases.get(meta.path)
+        if base is None:
+            self._ensure_mapped(meta)
+            base = self._bases[meta.path]
+        bid = base + idx
+        unit = self.unit_of(meta.path)
+        data = self.store.get(key)
+        local = data is not None
+        leader = False
+        flight: _Flight | None = None
+        if not local:
+            with self._lock:
+                flight = self._inflight.get(key)
+                if flight is None:
+                    flight = _Flight(0, claimed=True)
+                    self._inflight[key] = flight
+                    leader = True
+                else:
+                    leader = flight.claim()  # a queued prefetch not started yet: take it over
+            if not leader:
+                try:
+                    data = flight.future.result()
+                except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
+                    data = None
+        now = self._now()
+        size = len(data) if data is not None else min(self.block_size, meta.size - idx * self.block_size)
+        try:
+            acc = self.policy.access(unit, bid, key, size, local, data is not None, now)
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
+            self._policy_error(exc)
+            acc = AccessResult(data is not None, (), False)
+        hit, prefetch = acc.hit, acc.prefetch
+        if acc.prefetch_used:
+            self.metrics.prefetch_used.inc()
+        if self._record is not None:
+            self._record(now, unit, bid, size)
+        if prefetch:  # before our own fetch, so that both go to the remote together
+            self._schedule(prefetch)
+        if data is not None:
+            (self.metrics.hits if (local or hit) else self.metrics.misses).inc()
+        else:
+            self.metrics.misses.inc()
+            if not leader:  # the prefetch we waited on failed: fetch it ourselves
+                with self._lock:
+                    flight = _Flight(0, claimed=True)
+                    self._inflight[key] = flight
+            assert flight is not None
+            data = self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
+        return data
+
+    def _fetch_and_store(self, meta: FileMeta, idx: int, bid: int, unit: str, key: BlockKey,
+                         flight: _Flight, prefetched: bool) -> bytes:
+        try:
+            data = self._fetch(meta, idx)
+        except BaseException as exc:
+            flight.future.set_exception(exc)
+            with self._lock:
+                if self._inflight.get(key) is flight:
+                    del self._inflight[key]
+            raise
+        try:
+            self._insert(unit, bid, key, data, prefetched)
+        finally:
+            flight.future.set_result(data)
+            with self._lock:
+                if self._inflight.get(key) is flight:
+                    del self._inflight[key]
+        return data
+
+    def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool) -> None:
+        size = len(data)
+        try:
+            ok = self.policy.admit(unit, bid, size, self.store.used, self._now())
+        except Exception as exc:  # noqa: BLE001 - the store's own order keeps the budget
+            self._policy_error(exc)
+            ok = True
+        if ok is None:  # already held
+            return
+        if not ok:
+            self.metrics.rejected.inc()
+            return
+        try:
+            stored = self.store.put(key, data, victim=self._victim)
+        except StoreFull as exc:
+            self.metrics.enospc.inc()
+            if not self._enospc_warned:
+                self._enospc_warned = True
+                log.warning("aicache: cache disk full (%s); serving reads uncached", exc)
+            return
+        except OSError as exc:
+            log.warning("aicache: could not store a block of %s: %s", key.path, exc)
+            return
+        if not stored:
+            self.metrics.rejected.inc()
+            return
+        try:
+            self.policy.inserted(unit, bid, key, size, self._now(), prefetched)
+        except Exception as exc:  # noqa: BLE001
+            self._policy_error(exc)
+
+    def _victim(self) -> BlockKey | None:
+        """Called by the store under its lock while a block does not fit."""
+        try:
+            key, wasted = self.policy.victim(self._now())
+        except Exception as exc:  # noqa: BLE001 - None: the store evicts its oldest block
+            self._policy_error(exc)
+            return None
+        if wasted:
+            self.metrics.prefetch_wasted.inc()
+        return key
+
+    def _policy_error(self, exc: Exception) -> None:
+        self.metrics.policy_errors.inc()
+        if not self._policy_warned:
+            self._policy_warned = True
+            log.warning("aicache: the cache policy failed (%s: %s); reads go on", type(exc).__name__, exc)
+
+    # -- remote -------------------------------------------------------------------------------
+    def _remote(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call the remote with bounded retries + exponential backoff (+ optional timeout)."""
+        p = self.params
+        last: BaseException | None = None
+        for attempt in range(p.retries + 1):
+            try:
+                if self._io_pool is not None:
+                    fut = self._io_pool.submit(fn, *args, **kwargs)
+                    try:
+                        return fut.result(timeout=p.request_timeout_s)
+                    except cf.TimeoutError:
+                        fut.cancel()
+                        raise TimeoutError(f"no answer within {p.request_timeout_s}s") from None
+                return fn(*args, **kwargs)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - remote clients raise anything
+                last = exc
+                if attempt < p.retries:
+                    self.metrics.remote_retries.inc()
+                    time.sleep(p.backoff_s * (2 ** attempt))
+        self.metrics.remote_errors.inc()
+        what = args[0] if args else ""
+        raise RemoteReadError(5, f"remote {getattr(fn, '__name__', 'call')}({what!s}) failed after "
+                                 f"{p.retries + 1} attempts: {type(last).__name__}: {last}")
+
+    def _fetch(self, meta: FileMeta, idx: int) -> bytes:
+        start = idx * self.block_size
+        end = min(meta.size, start + self.block_size)
+
+        def get(_what: str) -> bytes:
+            data = self.target.cat_file(meta.path, start=start, end=end)
+            if len(data) != end - start:
+                raise OSError(f"short read: {len(data)} of {end - start} bytes")
+            return bytes(data)
+
+        get.__name__ = "cat_file"
+        data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
+        self.metrics.remote_bytes.inc(len(data))
+        return data
+
+    # -- prefetch -----------------------------------------------------------------------------
+    def _schedule(self, blocks: Sequence[int]) -> None:
+        p = self.params
+        for bid in blocks:
+            if self.policy.is_resident(bid):
+                continue
+            loc = self.policy.locate(bid)
+            if loc is None:
+                continue
+            m = self._meta.get(loc[0])
+            if m is not None and self.store.contains(BlockKey(loc[0], m[0].version, loc[1])):
+                continue  # stored by another process (or an earlier run): nothing to fetch
+            with self._lock:
+                path, idx = loc
+                m = self._meta.get(path)
+                if m is None or idx * self.block_size >= max(1, m[0].size):
+                    continue
+                meta = m[0]
+                key = BlockKey(path, meta.version, idx)
+                if key in self._inflight:
+                    continue
+                nbytes = min(self.block_size, meta.size - idx * self.block_size)
+                if (self._prefetch_count >= 2 * p.max_prefetch
+                        or self._prefetch_bytes + nbytes > p.max_prefetch_bytes):
+                    self.metrics.prefetch_dropped.inc()
+                    return
+                flight = _Flight(nbytes, claimed=False)
+                self._inflight[key] = flight
+                self._prefetch_count += 1
+                self._prefetch_bytes += nbytes
+            self.metrics.prefetch_issued.inc()
+            try:
+                self._pool.submit(self._prefetch_one, meta, idx, bid, key, flight)
+            except RuntimeError:  # pool shut down
+                self._release_prefetch(key, flight)
+                return
+
+    def _release_prefetch(self, key: BlockKey, flight: _Flight) -> None:
+        """Give up a scheduled prefetch that will not run (pool shut down)."""
+        mine = flight.claim()  # False: a demand read took it over and will finish it
+        with self._lock:
+            if mine and self._inflight.get(key) is flight:
+                del self._inflight[key]
+            self._prefetch_count -= 1
+            self._prefetch_bytes -= flight.nbytes
+        if mine:
+            flight.future.set_exception(RemoteReadError(5, "prefetch cancelled"))
+
+    def _prefetch_one(self, meta: FileMeta, idx: int, bid: int, key: BlockKey, flight: _Flight) -> None:
+        if self._closed or not flight.claim():  # a demand read took it over (or closing)
+            with self._lock:
+                self._prefetch_count -= 1
+                self._prefetch_bytes -= flight.nbytes
+            return
+        try:
+            try:
+                data = self._fetch(meta, idx)
+            except Exception as exc:  # noqa: BLE001 - prefetch failures are counted, not raised
+                log.debug("prefetch of %s failed: %s", key, exc)
+                flight.future.set_exception(exc)
+                return
+            try:
+                self._insert(self.unit_of(meta.path), bid, key, data, True)
+            finally:
+                flight.future.set_result(data)
+        finally:
+            with self._lock:
+                if self._inflight.get(key) is flight:
+                    del self._inflight[key]
+                self._prefetch_count -= 1
+                self._prefetch_bytes -= flight.nbytes
+
+    def wait_prefetches(self, timeout: float = 30.0) -> None:
+        """Block until no prefetch is in flight (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._prefetch_count == 0:
+                    return
+            time.sleep(0.005)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        st = self.store.stats()
+        out = {k: self.metrics.value(k) for k in (
+            "hits", "misses", "remote_bytes", "prefetch_issued", "prefetch_used",
+            "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
+            "enospc", "remote_retries", "remote_errors")}
+        out.update(blocks=st.blocks, used_bytes=st.used_bytes, capacity_bytes=st.capacity_bytes,
+                   block_size=st.block_size, policy=self.policy_name)
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._io_pool is not None:
+            self._io_pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.policy.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> CacheEngine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def default_cache_dir() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "aicache")

@@ -1,0 +1,181 @@
+"""``aicache`` — an fsspec filesystem that reads any fsspec store through the block cache.
+
+Usage::
+
+    fs = fsspec.filesystem("aicache", target_protocol="s3", target_options={...},
+                           cache_dir="/mnt/nvme/aicache", cache_size="100GiB", policy="chiron")
+    with fsspec.open("aicache::s3://bucket/data/x.bin", s3={...}, aicache={"cache_size": "10GiB"}) as f:
+        f.read()
+
+Read-only towards the remote: ``open`` (mode ``rb``), ``cat``/``cat_file`` (ranges
+included), ``ls``, ``info``, ``find``, ``exists`` behave as the target's; bytes come through
+:class:`~aicache.datacache.engine.CacheEngine` by block. Writing raises ``PermissionError``.
+
+Unlike fsspec's ``simplecache``/``blockcache``, the cache is bounded (``cache_size``),
+persistent across restarts, checksummed, and safe to share between processes; the policy
+(``chiron`` by default) adapts prefetch and eviction to the access pattern.
+
+Several processes (DataLoader workers): pass ``daemon=True`` so that they share one
+policy (one access stream, one budget) through the cache directory's daemon
+(:mod:`aicache.datacache.daemon`, started on first use); without it each process decides
+alone, which is still safe (the store is multi-process safe) but blind to the others.
+
+An open file keeps the last block it read, so many small reads inside one block cost one
+(verified) block read and count as one access — what the kernel page cache does for FUSE.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import fsspec
+from fsspec.implementations.chained import ChainedFileSystem
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, default_cache_dir
+from aicache.units import parse_size
+
+
+class AICacheFileSystem(ChainedFileSystem):
+    """Block-cached, read-only view of ``target_protocol`` (see the module docstring)."""
+
+    protocol = "aicache"
+
+    def __init__(self, target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
+                 fs: AbstractFileSystem | None = None, cache_dir: str | None = None,
+                 cache_size: str | int = "10GiB", block_size: str | int = "4MiB",
+                 policy: Any = "chiron", advisor: Any = None, max_prefetch: int = 8,
+                 max_prefetch_bytes: str | int = "256MiB", retries: int = 3,
+                 request_timeout: float | None = None, metadata_ttl: float = 60.0,
+                 seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if fs is None:
+            if target_protocol is None:
+                from aicache.errors import BadInput
+
+                raise BadInput("aicache needs a target: pass target_protocol='s3' (or fs=...) "
+                               "or chain a URL like aicache::s3://bucket/path")
+            fs = fsspec.filesystem(target_protocol, **(target_options or {}))
+        self.fs = fs
+        self.target_protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        params = EngineParams(block_size=parse_size(block_size, what="block size"),
+                              max_prefetch=int(max_prefetch),
+                              max_prefetch_bytes=parse_size(max_prefetch_bytes, what="prefetch bytes"),
+                              retries=int(retries), request_timeout_s=request_timeout,
+                              metadata_ttl_s=float(metadata_ttl), seed=int(seed))
+        self.engine = CacheEngine(fs, os.path.expanduser(cache_dir or default_cache_dir()),
+                                  parse_size(cache_size, what="cache size"), policy=policy,
+                                  advisor=advisor, params=params, root=root, daemon=daemon)
+
+    # -- paths ----------------------------------------------------------------------------
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        if path.startswith("aicache://"):
+            path = path[len("aicache://"):]
+        elif path.startswith("aicache::"):
+            path = path[len("aicache::"):]
+        return path.rstrip("/") or path
+
+    def _target_path(self, path: str) -> str:
+        return self.fs._strip_protocol(self._strip_protocol(path))
+
+    # -- metadata: the target's answers ---------------------------------------------------
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+        return self.fs.ls(self._target_path(path), detail=detail, **kwargs)
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self.fs.info(self._target_path(path), **kwargs)
+
+    def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
+             detail: bool = False, **kwargs: Any) -> Any:
+        return self.fs.find(self._target_path(path), maxdepth=maxdepth, withdirs=withdirs,
+                            detail=detail, **kwargs)
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        return bool(self.fs.exists(self._target_path(path), **kwargs))
+
+    def isdir(self, path: str) -> bool:
+        return bool(self.fs.isdir(self._target_path(path)))
+
+    def isfile(self, path: str) -> bool:
+        return bool(self.fs.isfile(self._target_path(path)))
+
+    # -- bytes: through the cache ---------------------------------------------------------
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None,
+                 **kwargs: Any) -> bytes:
+        p = self._target_path(path)
+        meta = self.engine.stat(p)
+        s, e = _resolve_range(meta.size, start, end)
+        return self.engine.read(p, s, e - s)
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
+              cache_options: Any = None, **kwargs: Any) -> AICacheFile:
+        if mode != "rb":
+            raise PermissionError(f"{path}: aicache is read-only towards the remote (mode {mode!r}); "
+                                  "write to the target filesystem directly")
+        p = self._target_path(path)
+        return AICacheFile(self, p, self.engine.stat(p))
+
+    # -- unsupported writes ---------------------------------------------------------------
+    def _readonly(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError("aicache is read-only towards the remote; write to the target directly")
+
+    rm_file = _readonly
+    rm = _readonly
+    mkdir = _readonly
+    makedirs = _readonly
+    pipe_file = _readonly
+    cp_file = _readonly
+    put_file = _readonly
+    mv = _readonly
+
+    def close(self) -> None:
+        """Stop the engine's workers and close the index; fsspec's instance cache forgets
+        this instance, so the next ``fsspec.filesystem("aicache", ...)`` builds a new one."""
+        self.engine.close()
+        token = getattr(self, "_fs_token_", None)
+        if token is not None:  # a closed instance must not be handed out again
+            type(self)._cache.pop(token, None)
+
+
+def _resolve_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """fsspec range semantics: None = file edge, negative = from the end, clipped."""
+    s = 0 if start is None else (size + start if start < 0 else start)
+    e = size if end is None else (size + end if end < 0 else end)
+    s = min(max(s, 0), size)
+    e = min(max(e, s), size)
+    return s, e
+
+
+class AICacheFile(AbstractBufferedFile):
+    """A read-only file whose reads go through the engine by block (see module docstring)."""
+
+    def __init__(self, fs: AICacheFileSystem, path: str, meta: FileMeta) -> None:
+        self.meta = meta
+        self.engine = fs.engine
+        self._memo_idx = -1
+        self._memo: bytes = b""
+        super().__init__(fs, path, mode="rb", block_size=fs.engine.block_size,
+                         cache_type="none", size=meta.size)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        B = self.engine.block_size
+        if end <= start:
+            return b""
+        idx = start // B
+        if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
+            return self.engine.read(self.path, start, end - start)
+        if idx != self._memo_idx:
+            self._memo = self.engine.read_block(self.meta, idx)
+            self._memo_idx = idx
+        s, e = start - idx * B, end - idx * B
+        blk = self._memo
+        return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+
+
+fsspec.register_implementation("aicache", AICacheFileSystem, clobber=True)

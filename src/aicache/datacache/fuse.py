@@ -1,0 +1,271 @@
+"""A read-only FUSE view of a remote fsspec store, read through the cache engine.
+
+Why fusepy rather than pyfuse3: fusepy is a pure-Python ctypes binding (no compiler, no
+libfuse3-dev headers, installs everywhere pip does) and runs callbacks on libfuse's own
+threads, so concurrent readers (DataLoader workers) are served in parallel by the engine's
+thread-safe read path. pyfuse3 is faster per call but needs trio, a C build and libfuse3
+headers; for a block cache whose unit of work is a 4 MiB block, the per-call overhead of
+fusepy is not the bottleneck (``benchmarks/datacache_speed.py`` measures it).
+
+The mount is one process by construction, so it is the single owner of the policy state
+for its cache directory (ARCHITECTURE.md, "One controller per cache unit"): DataLoader
+workers reading through the mount are seen as one access stream.
+
+Each open file handle keeps the last two blocks it read: the kernel reads in ≤128 KiB pieces,
+and without the memo every piece would re-read and re-verify a whole 4 MiB block.
+Metadata (``ls``/``info``) is cached for ``metadata_ttl`` seconds; the remote is treated as
+read-only while mounted.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, RemoteReadError
+
+log = logging.getLogger("aicache.fuse")
+
+try:
+    from fuse import FUSE, FuseOSError, LoggingMixIn, Operations
+except (ImportError, OSError) as _exc:  # fusepy missing, or libfuse not installed
+    FUSE = None
+    _FUSE_ERROR: Exception | None = _exc
+
+    class Operations:  # type: ignore[no-redef]
+        pass
+
+    class FuseOSError(OSError):  # type: ignore[no-redef]
+        def __init__(self, code: int) -> None:
+            super().__init__(code, os.strerror(code))
+else:
+    _FUSE_ERROR = None
+    del LoggingMixIn
+
+
+def fuse_available() -> str | None:
+    """None when FUSE mounts can work here, else why not (one line, with the fix)."""
+    if FUSE is None:
+        return (f"FUSE is unavailable ({_FUSE_ERROR}); install it: pip install fusepy and "
+                "apt-get install fuse3 libfuse2")
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing; load the fuse module or run with --device /dev/fuse"
+    return None
+
+
+class _Handle:
+    """An open file: its metadata and the two blocks it read last (the kernel's readahead
+    runs concurrent reads on both sides of a block boundary)."""
+
+    __slots__ = ("meta", "idx", "block", "idx2", "block2", "lock")
+
+    def __init__(self, meta: FileMeta) -> None:
+        self.meta = meta
+        self.idx = self.idx2 = -1
+        self.block = self.block2 = b""
+        self.lock = threading.Lock()
+
+    def get(self, engine: CacheEngine, idx: int) -> bytes:
+        # One loader at a time per handle: the kernel's parallel readahead requests mostly
+        # want the same block, which must be read (and verified) once, not once per thread.
+        with self.lock:
+            if idx == self.idx:
+                return self.block
+            if idx == self.idx2:
+                return self.block2
+            blk = engine.read_block(self.meta, idx)
+            self.idx2, self.block2 = self.idx, self.block
+            self.idx, self.block = idx, blk
+            return blk
+
+
+class CacheFuse(Operations):  # type: ignore[misc]
+    """fusepy operations: getattr, readdir, open, read, release, statfs (read-only)."""
+
+    use_ns = True  # fusepy: nanosecond times (and no deprecation warning)
+
+    def __init__(self, engine_factory: Callable[[], CacheEngine], target: Any, root: str,
+                 metadata_ttl: float = 60.0, on_init: Callable[[CacheEngine], None] | None = None) -> None:
+        self._factory = engine_factory
+        self._on_init = on_init
+        self.engine: CacheEngine | None = None
+        self.target = target
+        self.root = root.rstrip("/")
+        self.ttl = metadata_ttl
+        self._attrs: dict[str, tuple[dict[str, Any] | None, float]] = {}
+        self._handles: dict[int, _Handle] = {}
+        self._next_fh = 1
+        self._lock = threading.Lock()
+        self._t0 = time.time()
+
+    # the engine is built in init(), i.e. after libfuse has daemonized (threads don't fork)
+    def init(self, path: str) -> None:
+        self.engine = self._factory()
+        if self._on_init is not None:
+            self._on_init(self.engine)
+
+    def destroy(self, path: str) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+    def _remote_path(self, path: str) -> str:
+        return self.root + path if path != "/" else self.root
+
+    def _attr(self, path: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._attrs.get(path)
+        if hit is not None and now - hit[1] < self.ttl:
+            return hit[0]
+        try:
+            info = self.target.info(self._remote_path(path))
+        except FileNotFoundError:
+            info = None
+        except Exception as exc:  # noqa: BLE001
+            log.warning("getattr %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+        st = self._stat(info) if info is not None else None
+        with self._lock:
+            self._attrs[path] = (st, now)
+        return st
+
+    def _stat(self, info: dict[str, Any]) -> dict[str, Any]:
+        is_dir = info.get("type") == "directory"
+        mtime = info.get("mtime", info.get("LastModified", self._t0))
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        try:
+            mtime = float(mtime)
+        except (TypeError, ValueError):
+            mtime = self._t0
+        size = 0 if is_dir else int(info.get("size") or 0)
+        return {"st_mode": (stat.S_IFDIR | 0o555) if is_dir else (stat.S_IFREG | 0o444),
+                "st_nlink": 2 if is_dir else 1, "st_size": size, "st_mtime": mtime,
+                "st_ctime": mtime, "st_atime": mtime, "st_uid": os.getuid(), "st_gid": os.getgid(),
+                "st_blocks": (size + 511) // 512}
+
+    # -- operations -------------------------------------------------------------------
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        if path == "/":
+            return self._stat({"type": "directory"})
+        st = self._attr(path)
+        if st is None:
+            raise FuseOSError(errno.ENOENT)
+        return st
+
+    def readdir(self, path: str, fh: int) -> list[str]:
+        try:
+            entries = self.target.ls(self._remote_path(path), detail=True)
+        except FileNotFoundError as exc:
+            raise FuseOSError(errno.ENOENT) from exc
+        except Exception as exc:  # noqa: BLE001
+            log.warning("readdir %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+        names = [".", ".."]
+        now = time.monotonic()
+        base = path.rstrip("/")
+        with self._lock:
+            for e in entries:
+                name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+                if not name:
+                    continue
+                names.append(name)
+                self._attrs[f"{base}/{name}"] = (self._stat(e), now)
+        return names
+
+    def open(self, path: str, flags: int) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC):
+            raise FuseOSError(errno.EROFS)
+        assert self.engine is not None
+        try:
+            meta = self.engine.stat(self._remote_path(path))
+        except (FileNotFoundError, IsADirectoryError) as exc:
+            raise FuseOSError(errno.ENOENT if isinstance(exc, FileNotFoundError) else errno.EISDIR) from exc
+        except OSError as exc:
+            raise FuseOSError(errno.EIO) from exc
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._handles[fh] = _Handle(meta)
+        return fh
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        h = self._handles.get(fh)
+        if h is None:
+            raise FuseOSError(errno.EBADF)
+        engine = self.engine
+        assert engine is not None
+        B = engine.block_size
+        end = min(offset + size, h.meta.size)
+        if end <= offset:
+            return b""
+        try:
+            idx = offset // B
+            if (end - 1) // B != idx:
+                return engine.read(h.meta.path, offset, end - offset)
+            blk = h.get(engine, idx)
+            s = offset - idx * B
+            return blk[s:s + (end - offset)]
+        except RemoteReadError as exc:
+            log.error("read %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+
+    def release(self, path: str, fh: int) -> int:
+        with self._lock:
+            self._handles.pop(fh, None)
+        return 0
+
+    def statfs(self, path: str) -> dict[str, Any]:
+        B = 4096
+        cap = self.engine.store.capacity if self.engine else 0
+        used = self.engine.store.used if self.engine else 0
+        return {"f_bsize": B, "f_frsize": B, "f_blocks": cap // B,
+                "f_bfree": max(0, cap - used) // B, "f_bavail": 0, "f_namemax": 255}
+
+    # read-only: everything that would write
+    def _rofs(self, *args: Any) -> Any:
+        raise FuseOSError(errno.EROFS)
+
+    chmod = chown = create = mkdir = rename = rmdir = symlink = truncate = unlink = write = _rofs
+
+
+def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size: int,
+          policy: Any = "chiron", advisor: Any = None, params: EngineParams | None = None,
+          foreground: bool = True, metrics_port: int | None = None,
+          record: Callable[[float, str, int, int], None] | None = None,
+          kernel_cache: bool = False) -> None:
+    """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
+    SIGTERM or ``fusermount -u``: libfuse's handlers end the loop and unmount cleanly).
+
+    ``kernel_cache``: let the kernel keep file pages across opens. Re-reads then run at
+    page-cache speed, but they no longer reach the engine, so the policy does not see
+    them (and ``record`` does not trace them); off by default."""
+    why = fuse_available()
+    if why:
+        raise OSError(errno.ENODEV, why)
+    servers: list[Any] = []
+
+    def factory() -> CacheEngine:
+        return CacheEngine(target, cache_dir, cache_size, policy=policy, advisor=advisor,
+                           params=params, record=record, root=root)
+
+    def on_init(engine: CacheEngine) -> None:
+        if metrics_port is not None:
+            servers.append(engine.metrics.serve(metrics_port))
+
+    ops = CacheFuse(factory, target, root, params.metadata_ttl_s if params else 60.0, on_init)
+    try:
+        opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
+        FUSE(ops, mountpoint, foreground=foreground, ro=True, nothreads=False,
+             fsname="aicache", default_permissions=True, **opts)
+    finally:
+        for s in servers:
+            s.shutdown()
+        if ops.engine is not None and not ops.engine._closed:
+            ops.engine.close()

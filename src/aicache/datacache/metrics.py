@@ -1,0 +1,99 @@
+"""Prometheus metrics of one cache engine.
+
+Each engine owns its own ``CollectorRegistry`` (two engines in one process — tests, a
+notebook — never collide on metric names), served by :meth:`EngineMetrics.serve`
+(``aicache mount --metrics-port``). Hot-path counters are plain ``Counter.inc()`` calls
+(a lock and an add); gauges that mirror other objects (bytes stored, the active pattern
+per unit, advisor counters) are computed at scrape time by a custom collector, so the
+read path never pays for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_NS = "aicache"
+
+
+class _Snapshot(Collector):
+    """Scrape-time gauges from a callable returning the engine's current stats."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]]) -> None:
+        self._stats = stats
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # names are not registered up front; collect() reads live objects
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        s = self._stats()
+        for name, help_ in (("used_bytes", "bytes stored in the cache directory"),
+                            ("capacity_bytes", "the cache's byte budget"),
+                            ("blocks", "blocks stored"),
+                            ("inflight_fetches", "remote fetches in flight"),
+                            ("advisor_calls", "advisor calls made"),
+                            ("advisor_input_tokens", "advisor prompt tokens"),
+                            ("advisor_output_tokens", "advisor completion tokens"),
+                            ("advisor_latency_seconds_total", "advisor time, summed"),
+                            ("advisor_no_advice", "advisor answers that were no advice"),
+                            ("switches", "accepted pattern switches")):
+            g = GaugeMetricFamily(f"{_NS}_{name}", help_)
+            g.add_metric([], float(s.get(name, 0) or 0))
+            yield g
+        g = GaugeMetricFamily(f"{_NS}_active_pattern", "1 for the active pattern of each cache unit",
+                              labels=["unit", "pattern"])
+        for unit, pattern in sorted((s.get("active_patterns") or {}).items()):
+            g.add_metric([str(unit), str(pattern)], 1.0)
+        yield g
+
+
+class EngineMetrics:
+    """The counters every engine keeps (names are stable; dashboards depend on them)."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        def c(name: str, help_: str) -> Counter:
+            return Counter(f"{_NS}_{name}", help_, registry=r)
+
+        self.hits = c("hits", "demand block reads served from the cache")
+        self.misses = c("misses", "demand block reads fetched from the remote")
+        self.remote_bytes = c("remote_bytes", "bytes fetched from the remote store")
+        self.prefetch_issued = c("prefetch_issued", "background block fetches started")
+        self.prefetch_used = c("prefetch_used", "prefetched blocks later read by demand")
+        self.prefetch_wasted = c("prefetch_wasted", "prefetched blocks evicted before any read")
+        self.prefetch_dropped = c("prefetch_dropped", "prefetches skipped: fetch budget full")
+        self.evictions = c("evictions", "blocks evicted to stay within the budget")
+        self.rejected = c("rejected", "fetched blocks the policy did not admit")
+        self.corrupt_blocks = c("corrupt_blocks", "blocks whose checksum failed (dropped, refetched)")
+        self.enospc = c("enospc", "blocks not stored because the local disk was full")
+        self.remote_retries = c("remote_retries", "remote requests retried")
+        self.remote_errors = c("remote_errors", "remote reads that failed after all retries")
+        self.policy_errors = c("policy_errors", "policy calls that raised (the read went on)")
+        self.read_latency = Histogram(f"{_NS}_read_seconds", "engine.read latency", registry=r,
+                                      buckets=(1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02, 0.1, 0.5, 2.0))
+        if stats is not None:
+            r.register(_Snapshot(stats))
+
+    def value(self, name: str) -> float:
+        """Current value of counter ``name`` (tests, stats output)."""
+        v = self.registry.get_sample_value(f"{_NS}_{name}_total")
+        if v is None:
+            v = self.registry.get_sample_value(f"{_NS}_{name}")
+        return float(v or 0.0)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
+        """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns the server
+        (call ``.shutdown()`` to stop). Port 0 picks a free port (``server.server_port``)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server

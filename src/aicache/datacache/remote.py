@@ -1,0 +1,147 @@
+"""Remote-store helpers: a latency/bandwidth/fault-injecting fsspec wrapper and a local S3.
+
+``SlowFileSystem`` (protocol ``slow``) wraps any fsspec filesystem so a laptop shows what a
+250 ms object store does to a job: every request sleeps ``latency`` seconds plus
+``bytes / bandwidth``; with probability ``error_rate`` it raises ``ConnectionError`` and
+with probability ``timeout_rate`` it stalls ``timeout_s`` then raises ``TimeoutError`` —
+the failures real S3 clients surface. Faults come from ``random.Random(seed)``, so a test's
+fault sequence is reproducible (given the same request order).
+
+``start_s3()`` runs moto's S3 server (the one s3fs's own test suite uses) on a free
+loopback port and returns its endpoint, for tests and the demo.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+
+class SlowFileSystem(AbstractFileSystem):
+    """Read-only pass-through to ``fs`` (or ``target_protocol``) with injected delays/faults."""
+
+    protocol = "slow"
+    cachable = False
+
+    def __init__(self, fs: AbstractFileSystem | None = None, target_protocol: str = "file",
+                 target_options: dict[str, Any] | None = None, latency: float = 0.0,
+                 bandwidth: float | None = None, error_rate: float = 0.0,
+                 timeout_rate: float = 0.0, timeout_s: float = 1.0, seed: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fs = fs if fs is not None else fsspec.filesystem(target_protocol, **(target_options or {}))
+        self.latency = float(latency)
+        self.bandwidth = float(bandwidth) if bandwidth else None
+        self.error_rate = float(error_rate)
+        self.timeout_rate = float(timeout_rate)
+        self.timeout_s = float(timeout_s)
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        self.requests = 0
+        self.faults = 0
+
+    def _request(self, nbytes: int = 0) -> None:
+        with self._rng_lock:
+            self.requests += 1
+            u = self._rng.random()
+        delay = self.latency + (nbytes / self.bandwidth if self.bandwidth else 0.0)
+        if u < self.error_rate:
+            with self._rng_lock:
+                self.faults += 1
+            time.sleep(self.latency)
+            raise ConnectionError("injected remote error (SlowFileSystem error_rate)")
+        if u < self.error_rate + self.timeout_rate:
+            with self._rng_lock:
+                self.faults += 1
+            time.sleep(self.timeout_s)
+            raise TimeoutError(f"injected remote timeout after {self.timeout_s}s")
+        if delay > 0:
+            time.sleep(delay)
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:  # type: ignore[override]
+        path = str(path)
+        return path[len("slow://"):] if path.startswith("slow://") else path
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+        self._request()
+        return self.fs.ls(path, detail=detail, **kwargs)
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        self._request()
+        return self.fs.info(path, **kwargs)
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None,
+                 **kwargs: Any) -> bytes:
+        size = self.fs.info(path)["size"] if start is None or end is None else end - start
+        self._request(max(0, int(size)))
+        return self.fs.cat_file(path, start=start, end=end, **kwargs)
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any) -> Any:
+        if "r" not in mode:
+            raise PermissionError(f"{path}: SlowFileSystem is read-only")
+        return _SlowFile(self, path, mode=mode, block_size=block_size or "default", **kwargs)
+
+
+class _SlowFile(AbstractBufferedFile):
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return self.fs.cat_file(self.path, start, end)
+
+
+fsspec.register_implementation("slow", SlowFileSystem, clobber=True)
+
+
+@dataclass(slots=True)
+class S3Server:
+    """A running moto S3 server; ``storage_options`` go to ``fsspec.filesystem("s3", ...)``."""
+
+    endpoint_url: str
+    server: Any
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"key": "testing", "secret": "testing", "anon": False,
+                "client_kwargs": {"endpoint_url": self.endpoint_url},
+                "skip_instance_cache": True, "use_listings_cache": False}
+
+    def filesystem(self) -> AbstractFileSystem:
+        return fsspec.filesystem("s3", **self.storage_options)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_s3(buckets: tuple[str, ...] = ()) -> S3Server:
+    """Start moto's S3 on a free loopback port (credentials: testing/testing)."""
+    import logging
+    import os
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    s3 = S3Server(endpoint_url=f"http://127.0.0.1:{port}", server=server)
+    fs = s3.filesystem()
+    for b in buckets:  # moto's state is per Python process: a bucket may already exist
+        if not fs.exists(b):
+            fs.mkdir(b)
+    return s3

@@ -1,0 +1,513 @@
+"""BlockStore: a bounded, persistent, checksummed block cache on local disk.
+
+Why this shape (the problems it must not have):
+
+* fsspec's ``simplecache``/``filecache`` grow without bound and race when two processes
+  share a directory; Mountpoint wipes its cache at every mount. Here the byte budget holds
+  (checked under an exclusive lock, with eviction, before a block becomes visible), several
+  processes may share one directory, and the cache survives restarts.
+
+Layout of ``cache_dir``::
+
+    index.sqlite   the index (SQLite, WAL mode): one row per block + a ``meta`` table
+    lock           fcntl lock file: every index *mutation* and eviction holds LOCK_EX
+    blocks/ab/<key>.blk   one file per block: a 24-byte header + the block's bytes
+    tmp/           blocks being written (``<pid>-<n>.tmp``), renamed into ``blocks/``
+
+Decisions:
+
+* **Index = SQLite in WAL mode** (stdlib, crash-safe transactions, readers never block
+  writers). An append-only log would need its own compaction and torn-tail recovery;
+  SQLite gives both for free. The index is *not* on the hit path: a block's file name is a
+  hash of (remote path, file version, block index), and the header carries the checksum,
+  so a reader opens the file directly and verifies it — no query, no lock.
+* **Checksums** (xxh3-64 when ``xxhash`` is installed, else blake2b-64) are in the header
+  and verified on every read; a mismatch drops the block, counts it and reports a miss, so
+  a corrupt block is never served (the engine refetches it).
+* **Atomic writes**: write ``tmp/…`` + fsync, then under the lock: evict until the block
+  fits, ``rename`` into place, insert the row, commit. A crash leaves at worst an orphan
+  file (no row) or a row without a file; :meth:`recover` (run at every open) fixes both.
+* **Budget**: file bytes (header included) of all committed blocks ≤ ``capacity`` at
+  every commit. Victims are unlinked *before* the new block is renamed in, so the disk
+  never holds more than the budget plus the temp files of fetches in flight.
+* Blocks are immutable: a key names a (path, version, index), so a file that changes
+  remotely gets new keys and stale blocks age out; a reader that raced an eviction still
+  reads a whole file (POSIX unlink semantics) whose checksum it verifies.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import sqlite3
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+try:  # xxh3 is ~10x faster than blake2b; the algorithm id is stored in every header
+    import xxhash
+
+    def _xxh3(data: bytes | memoryview) -> int:
+        return xxhash.xxh3_64_intdigest(data)
+
+except ImportError:  # pragma: no cover - xxhash is a core dependency
+    xxhash = None
+    _xxh3 = None  # type: ignore[assignment]
+
+
+def _blake2b(data: bytes | memoryview) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+#: algorithm id in the header → checksum function
+CHECKSUMS: dict[int, Callable[[bytes | memoryview], int]] = {2: _blake2b}
+if _xxh3 is not None:
+    CHECKSUMS[1] = _xxh3
+DEFAULT_ALGO = 1 if _xxh3 is not None else 2
+
+MAGIC = b"AICB"
+HEADER = struct.Struct("<4sHHQQ")  # magic, format version, algo, length, checksum
+HEADER_SIZE = HEADER.size  # 24
+_LENGTH = struct.Struct("<Q")  # the length field, at offset 8 of the header
+FORMAT_VERSION = 1
+
+
+class StoreFull(OSError):
+    """The local disk is full (ENOSPC): the block was not stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockKey:
+    """A block of one version of one remote file. Immutable content ⇒ safe to share."""
+
+    path: str
+    version: str
+    index: int
+
+    def digest(self, block_size: int) -> str:
+        """The file name of this block in a store of ``block_size`` blocks (the block size
+        is part of the name: block ``i`` of 1 MiB blocks is not block ``i`` of 4 MiB)."""
+        h = hashlib.blake2b(digest_size=16, key=block_size.to_bytes(8, "little"))
+        h.update(self.path.encode())
+        h.update(b"\0")
+        h.update(self.version.encode())
+        h.update(b"\0")
+        h.update(str(self.index).encode())
+        return h.hexdigest()
+
+
+@dataclass(slots=True)
+class StoreStats:
+    blocks: int
+    used_bytes: int
+    capacity_bytes: int
+    block_size: int
+    checksum: str
+    cache_dir: str
+
+
+@dataclass(slots=True)
+class VerifyResult:
+    checked: int
+    bad: int
+    missing: int
+    orphans: int
+    removed: int
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS blocks (
+    key TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    version TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS blocks_seq ON blocks(seq);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+"""
+
+
+class BlockStore:
+    """Blocks on local disk under a byte budget; safe for threads and processes.
+
+    ``get`` never takes a lock. ``put``/``remove``/``clear``/``verify(clean=True)`` hold a
+    process-local mutex and an exclusive ``fcntl.flock`` on ``cache_dir/lock``.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str], capacity: int,
+                 block_size: int = 4 * 1024 * 1024, *, recover: bool = True) -> None:
+        if capacity <= 0:
+            from aicache.errors import BadInput
+
+            raise BadInput(f"cache size {capacity!r} must be positive; give e.g. 10GiB")
+        if block_size <= 0:
+            from aicache.errors import BadInput
+
+            raise BadInput(f"block size {block_size!r} must be positive; give e.g. 4MiB")
+        self.cache_dir = os.path.abspath(os.fspath(cache_dir))
+        self.capacity = int(capacity)
+        self.block_size = int(block_size)
+        self._blocks_dir = os.path.join(self.cache_dir, "blocks")
+        self._tmp_dir = os.path.join(self.cache_dir, "tmp")
+        os.makedirs(self._blocks_dir, exist_ok=True)
+        os.makedirs(self._tmp_dir, exist_ok=True)
+        self._mutex = threading.RLock()
+        self._lock_fd = os.open(os.path.join(self.cache_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._db = sqlite3.connect(os.path.join(self.cache_dir, "index.sqlite"),
+                                   timeout=60.0, check_same_thread=False, isolation_level=None)
+        self._tmp_counter = 0
+        self._paths: dict[BlockKey, str] = {}
+        self.corrupt_dropped = 0
+        #: hooks for the engine's metrics (called outside/inside the lock respectively)
+        self.on_corrupt: Callable[[BlockKey], None] | None = None
+        self.on_evict: Callable[[], None] | None = None
+        self._used = 0
+        with self._locked():
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES('capacity', ?)", (str(self.capacity),))
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES('block_size', ?)", (str(self.block_size),))
+            if recover:
+                self._recover_locked()
+            self._used = self._sum_used()
+
+    @classmethod
+    def open_existing(cls, cache_dir: str | os.PathLike[str], *, recover: bool = False) -> BlockStore:
+        """Open a cache directory some engine created, with the budget it last used
+        (``aicache cache stats|verify|clear``)."""
+        from aicache.errors import BadInput
+
+        index = os.path.join(os.fspath(cache_dir), "index.sqlite")
+        if not os.path.exists(index):
+            raise BadInput(f"--cache-dir {os.fspath(cache_dir)!r} holds no aicache cache "
+                           "(no index.sqlite); give the directory a mount or fsspec cache used")
+        db = sqlite3.connect(index, timeout=60.0)
+        try:
+            meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise BadInput(f"--cache-dir {os.fspath(cache_dir)!r}: unreadable index ({exc}); "
+                           "run `aicache cache clear` on it or remove the directory") from None
+        finally:
+            db.close()
+        return cls(cache_dir, int(meta.get("capacity", 1 << 62)),
+                   int(meta.get("block_size", 4 * 1024 * 1024)), recover=recover)
+
+    # -- paths ----------------------------------------------------------------------------
+    def block_path(self, key: BlockKey) -> str:
+        p = self._paths.get(key)
+        if p is None:
+            d = key.digest(self.block_size)
+            p = f"{self._blocks_dir}/{d[:2]}/{d}.blk"
+            if len(self._paths) >= 1 << 20:  # a memo, not a second index: bounded
+                self._paths.clear()
+            self._paths[key] = p
+        return p
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._mutex:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _sum_used(self) -> int:
+        return int(self._db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+
+    # -- reads (lock-free) ----------------------------------------------------------------
+    def get(self, key: BlockKey) -> bytes | None:
+        """The block's bytes, or None when absent or corrupt (a corrupt block is dropped)."""
+        try:
+            fd = os.open(self.block_path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            head = os.read(fd, HEADER_SIZE)
+            # the header says how long the block is: read exactly that (+1 to see a
+            # longer-than-declared file); allocating block_size for a 128 KiB file would
+            # cost more than the read itself
+            want = _LENGTH.unpack_from(head, 8)[0] if len(head) == HEADER_SIZE else 0
+            data = os.read(fd, min(want, self.block_size) + 1)
+        finally:
+            os.close(fd)
+        if self._valid(head, data):
+            return data
+        self.corrupt_dropped += 1
+        if self.on_corrupt is not None:
+            self.on_corrupt(key)
+        self.remove(key)
+        return None
+
+    def contains(self, key: BlockKey) -> bool:
+        return os.path.exists(self.block_path(key))
+
+    @staticmethod
+    def _valid(head: bytes, data: bytes | memoryview) -> bool:
+        if len(head) != HEADER_SIZE:
+            return False
+        magic, fmt, algo, length, checksum = HEADER.unpack(head)
+        fn = CHECKSUMS.get(algo)
+        return (magic == MAGIC and fmt == FORMAT_VERSION and fn is not None
+                and length == len(data) and fn(data) == checksum)
+
+    # -- writes ---------------------------------------------------------------------------
+    def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
+            ) -> bool:
+        """Store ``data`` under ``key`` within the budget. Returns False if it cannot fit.
+
+        While the block does not fit, ``victim()`` (the engine's policy) names a block to
+        drop; when it returns None (or names nothing stored), the oldest block in the index
+        goes (FIFO across processes, so the budget holds even for blocks no policy in this
+        process knows). Raises :class:`StoreFull` on ENOSPC; nothing partial stays behind.
+        """
+        size = len(data) + HEADER_SIZE
+        if size > self.capacity:
+            return False
+        header = HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data), CHECKSUMS[DEFAULT_ALGO](data))
+        tmp = self._write_tmp(header, data)
+        try:
+            with self._locked():
+                row = self._db.execute("SELECT size FROM blocks WHERE key=?", (key.digest(self.block_size),)).fetchone()
+                if row is not None:  # another thread/process stored it meanwhile
+                    return True
+                used = self._sum_used()
+                while used + size > self.capacity:
+                    freed = self._evict_one_locked(victim)
+                    if freed == 0:
+                        return False
+                    used -= freed
+                final = self.block_path(key)
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                try:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    self._db.execute(
+                        "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
+                        "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
+                        (key.digest(self.block_size), key.path, key.version, key.index, size))
+                    os.rename(tmp, final)
+                    tmp = ""
+                    self._db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    self._rollback()
+                    if tmp == "":  # renamed but not committed: take the file back out
+                        _unlink(final)
+                    if "full" in str(exc).lower():
+                        raise StoreFull(errno.ENOSPC, f"cache index: {exc}") from exc
+                    raise
+                self._used = used + size
+                return True
+        finally:
+            if tmp:
+                _unlink(tmp)
+
+    def _write_tmp(self, header: bytes, data: bytes) -> str:
+        with self._mutex:
+            self._tmp_counter += 1
+            n = self._tmp_counter
+        tmp = os.path.join(self._tmp_dir, f"{os.getpid()}-{threading.get_ident()}-{n}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _write_all(fd, header)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _unlink(tmp)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreFull(exc.errno, f"cache disk full writing a block: {exc.strerror}") from exc
+            raise
+        return tmp
+
+    def _evict_one_locked(self, victim: Callable[[], BlockKey | None] | None) -> int:
+        """Drop one block (policy's choice first, else the oldest); bytes freed, 0 if empty."""
+        freed = 0
+        for _ in range(64):  # a policy may name blocks another process already dropped
+            k = victim() if victim is not None else None
+            if k is None:
+                break
+            freed = self._remove_locked(k.digest(self.block_size))
+            if freed:
+                break
+        if not freed:
+            row = self._db.execute("SELECT key FROM blocks ORDER BY seq LIMIT 1").fetchone()
+            if row is None:
+                return 0
+            freed = self._remove_locked(row[0])
+        if freed and self.on_evict is not None:
+            self.on_evict()
+        return freed
+
+    def _remove_locked(self, digest: str) -> int:
+        row = self._db.execute("SELECT size FROM blocks WHERE key=?", (digest,)).fetchone()
+        if row is None:
+            return 0
+        _unlink(os.path.join(self._blocks_dir, digest[:2], digest + ".blk"))
+        self._db.execute("DELETE FROM blocks WHERE key=?", (digest,))
+        self._used -= int(row[0])
+        return int(row[0])
+
+    def _rollback(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass
+
+    def remove(self, key: BlockKey) -> bool:
+        """Drop ``key`` if stored (the engine's corrupt/invalidated blocks)."""
+        with self._locked():
+            return self._remove_locked(key.digest(self.block_size)) > 0
+
+    # -- maintenance ----------------------------------------------------------------------
+    def _recover_locked(self) -> None:
+        """Make the index and the files agree after a crash (run at every open)."""
+        known = {r[0]: r[1] for r in self._db.execute("SELECT key, size FROM blocks")}
+        on_disk = set()
+        for sub in _listdir(self._blocks_dir):
+            subdir = os.path.join(self._blocks_dir, sub)
+            for name in _listdir(subdir):
+                if not name.endswith(".blk"):
+                    continue
+                digest = name[:-4]
+                if digest not in known:
+                    _unlink(os.path.join(subdir, name))  # renamed in, never committed
+                else:
+                    on_disk.add(digest)
+        missing = [k for k in known if k not in on_disk]
+        if missing:
+            self._db.executemany("DELETE FROM blocks WHERE key=?", [(k,) for k in missing])
+        for name in _listdir(self._tmp_dir):
+            pid = name.split("-", 1)[0]
+            if not pid.isdigit() or not _pid_alive(int(pid)):
+                _unlink(os.path.join(self._tmp_dir, name))
+
+    def verify(self, clean: bool = True) -> VerifyResult:
+        """Check every block's checksum; with ``clean``, drop bad blocks and fix the index."""
+        rows = list(self._db.execute("SELECT key FROM blocks"))
+        bad = missing = 0
+        bad_keys: list[str] = []
+        for (digest,) in rows:
+            path = os.path.join(self._blocks_dir, digest[:2], digest + ".blk")
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(HEADER_SIZE)
+                    data = f.read()
+            except FileNotFoundError:
+                missing += 1
+                bad_keys.append(digest)
+                continue
+            if not self._valid(head, data):
+                bad += 1
+                bad_keys.append(digest)
+        orphans = 0
+        known = {r[0] for r in rows}
+        for sub in _listdir(self._blocks_dir):
+            for name in _listdir(os.path.join(self._blocks_dir, sub)):
+                if name.endswith(".blk") and name[:-4] not in known:
+                    orphans += 1
+        removed = 0
+        if clean and (bad_keys or orphans):
+            with self._locked():
+                for digest in bad_keys:
+                    self._db.execute("DELETE FROM blocks WHERE key=?", (digest,))
+                    _unlink(os.path.join(self._blocks_dir, digest[:2], digest + ".blk"))
+                    removed += 1
+                self._recover_locked()
+                self._used = self._sum_used()
+        return VerifyResult(checked=len(rows), bad=bad, missing=missing, orphans=orphans,
+                            removed=removed)
+
+    def clear(self) -> int:
+        """Drop every block; returns how many."""
+        with self._locked():
+            rows = list(self._db.execute("SELECT key FROM blocks"))
+            for (digest,) in rows:
+                _unlink(os.path.join(self._blocks_dir, digest[:2], digest + ".blk"))
+            self._db.execute("DELETE FROM blocks")
+            self._recover_locked()
+            self._used = 0
+            return len(rows)
+
+    def keys(self) -> list[BlockKey]:
+        return [BlockKey(p, v, i) for p, v, i in
+                self._db.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
+
+    @property
+    def used(self) -> int:
+        """Bytes stored, as of this process's last index operation (cheap, approximate
+        when other processes write; :meth:`stats` reads the index)."""
+        return self._used
+
+    def disk_bytes(self) -> int:
+        """Apparent bytes of all block and temp files on disk (the budget check's truth)."""
+        total = 0
+        for root in (self._blocks_dir, self._tmp_dir):
+            for dirpath, _dirs, files in os.walk(root):
+                for name in files:
+                    try:
+                        total += os.stat(os.path.join(dirpath, name)).st_size
+                    except FileNotFoundError:
+                        pass
+        return total
+
+    def stats(self) -> StoreStats:
+        n, used = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blocks").fetchone()
+        algo = {1: "xxh3-64", 2: "blake2b-64"}[DEFAULT_ALGO]
+        return StoreStats(blocks=int(n), used_bytes=int(used), capacity_bytes=self.capacity,
+                          block_size=self.block_size, checksum=algo, cache_dir=self.cache_dir)
+
+    def close(self) -> None:
+        try:
+            self._db.close()
+        finally:
+            try:
+                os.close(self._lock_fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> BlockStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,338 @@
+"""Faults the real cache must survive: kill -9 mid-prefetch, a block corrupted on disk,
+remote errors and timeouts, a short remote read, a full local disk, a broken advisor."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from aicache.datacache.engine import CacheEngine, EngineParams, RemoteReadError
+from aicache.datacache.remote import SlowFileSystem
+from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+
+BLOCK = 64 * 1024
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(11)
+    files = {}
+    for i in range(4):
+        data = rng.randbytes(16 * BLOCK + 123)
+        p = src / f"shard-{i}"
+        p.write_bytes(data)
+        files[str(p)] = data
+    return files
+
+
+def engine(tmp_path, remote, policy="alluxio", size=64 * 1024 * 1024, **kw) -> CacheEngine:
+    return CacheEngine(remote, str(tmp_path / "cache"), size, policy=policy,
+                       params=EngineParams(block_size=BLOCK, **kw))
+
+
+KILLED_WORKER = textwrap.dedent("""
+    import sys
+    from aicache.datacache.engine import CacheEngine, EngineParams
+    from aicache.datacache.remote import SlowFileSystem
+    path, cache, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    e = CacheEngine(SlowFileSystem(latency=0.05), cache, 1 << 30, policy="juicefs",
+                    params=EngineParams(block_size=block, max_prefetch=8))
+    for i in range(3):
+        e.read(path, i * block, block)
+    print("READY", flush=True)
+    i = 3
+    while True:  # keep the prefetcher busy until killed
+        e.read(path, (i % 16) * block, block)
+        i += 1
+""")
+
+
+def test_kill_9_during_prefetch_then_restart(tmp_path, dataset) -> None:
+    path = sorted(dataset)[0]
+    cache = str(tmp_path / "cache")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, path, cache, str(BLOCK)],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+    deadline = time.monotonic() + 20
+    while not os.listdir(os.path.join(cache, "tmp")):  # a prefetch is mid-write
+        assert time.monotonic() < deadline, "no prefetch in flight to kill"
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    store = BlockStore(cache, 1 << 30, BLOCK)  # reopening recovers
+    res = store.verify(clean=False)
+    assert (res.bad, res.missing, res.orphans) == (0, 0, 0)
+    assert os.listdir(os.path.join(cache, "tmp")) == []  # the dead writer's temp files are gone
+    store.close()
+    e = CacheEngine(SlowFileSystem(latency=0.05), cache, 1 << 30, policy="alluxio",
+                    params=EngineParams(block_size=BLOCK))
+    try:
+        for i in range(3):  # the blocks read before the kill are still cached
+            assert e.read(path, i * BLOCK, BLOCK) == dataset[path][i * BLOCK:(i + 1) * BLOCK]
+        assert e.metrics.value("hits") == 3 and e.metrics.value("remote_bytes") == 0
+    finally:
+        e.close()
+
+
+def test_corrupt_block_is_detected_dropped_and_refetched(tmp_path, dataset) -> None:
+    path = sorted(dataset)[1]
+    remote = SlowFileSystem()
+    e = engine(tmp_path, remote)
+    try:
+        ref = dataset[path][BLOCK:2 * BLOCK]
+        assert e.read(path, BLOCK, BLOCK) == ref
+        meta = e.stat(path)
+        f = e.store.block_path(BlockKey(path, meta.version, 1))
+        with open(f, "r+b") as fh:  # flip one byte of the block's data
+            fh.seek(HEADER_SIZE + 1000)
+            b = fh.read(1)
+            fh.seek(HEADER_SIZE + 1000)
+            fh.write(bytes([b[0] ^ 0xFF]))
+        fetched = e.metrics.value("remote_bytes")
+        assert e.read(path, BLOCK, BLOCK) == ref  # never the corrupt bytes
+        assert e.metrics.value("corrupt_blocks") == 1
+        assert e.metrics.value("remote_bytes") == fetched + BLOCK  # refetched
+        assert e.read(path, BLOCK, BLOCK) == ref
+        assert e.metrics.value("remote_bytes") == fetched + BLOCK  # and cached again
+        assert e.store.verify().bad == 0
+    finally:
+        e.close()
+
+
+def test_remote_errors_bounded_retries_then_clear_error(tmp_path, dataset) -> None:
+    path = sorted(dataset)[0]
+    remote = SlowFileSystem()
+    e = engine(tmp_path, remote, retries=3, backoff_s=0.01)
+    try:
+        e.stat(path)
+        remote.error_rate = 1.0
+        t0 = time.monotonic()
+        with pytest.raises(RemoteReadError, match=r"failed after 4 attempts: ConnectionError"):
+            e.read(path, 0, 10)
+        assert time.monotonic() - t0 < 2.0  # 0.01 + 0.02 + 0.04 s of backoff
+        assert e.metrics.value("remote_retries") == 3
+        assert e.metrics.value("remote_errors") == 1
+        assert e.store.stats().blocks == 0  # nothing cached
+        remote.error_rate = 0.0
+        assert e.read(path, 0, 10) == dataset[path][:10]  # the store recovers with the remote
+    finally:
+        e.close()
+
+
+def test_intermittent_errors_are_retried_transparently(tmp_path, dataset) -> None:
+    path = sorted(dataset)[2]
+    remote = SlowFileSystem(seed=5)
+    e = engine(tmp_path, remote, retries=6, backoff_s=0.001)
+    try:
+        e.stat(path)
+        remote.error_rate = 0.4
+        assert e.read(path, 0, 16 * BLOCK + 123) == dataset[path]
+        assert e.metrics.value("remote_retries") > 0 and e.metrics.value("remote_errors") == 0
+    finally:
+        e.close()
+
+
+def test_remote_timeouts_client_side_and_engine_side(tmp_path, dataset) -> None:
+    path = sorted(dataset)[0]
+    remote = SlowFileSystem(timeout_s=0.02)
+    e = engine(tmp_path, remote, retries=2, backoff_s=0.001)
+    try:
+        e.stat(path)
+        remote.timeout_rate = 1.0  # the client raises TimeoutError after a stall
+        with pytest.raises(RemoteReadError, match="TimeoutError"):
+            e.read(path, 0, 10)
+        assert e.metrics.value("remote_retries") == 2
+    finally:
+        e.close()
+    hanging = SlowFileSystem()
+    e = CacheEngine(hanging, str(tmp_path / "cache2"), 1 << 30, policy="alluxio",
+                    params=EngineParams(block_size=BLOCK, retries=1, backoff_s=0.001,
+                                        request_timeout_s=0.1))
+    try:
+        e.stat(path)
+        hanging.latency = 5.0  # a remote that never answers in time: the engine gives up
+        t0 = time.monotonic()
+        with pytest.raises(RemoteReadError, match="no answer within 0.1s"):
+            e.read(path, 0, 10)
+        assert time.monotonic() - t0 < 1.0
+        assert e.store.stats().blocks == 0
+    finally:
+        hanging.latency = 0.0
+        e.close()
+
+
+class ShortReads(SlowFileSystem):
+    """A remote that returns one byte less than asked (a truncated response)."""
+
+    def cat_file(self, path, start=None, end=None, **kw):
+        return super().cat_file(path, start, end, **kw)[:-1]
+
+
+def test_short_remote_read_is_an_error_and_never_cached(tmp_path, dataset) -> None:
+    path = sorted(dataset)[0]
+    e = engine(tmp_path, ShortReads(), retries=1, backoff_s=0.001)
+    try:
+        with pytest.raises(RemoteReadError, match="short read"):
+            e.read(path, 0, BLOCK)
+        assert e.store.stats().blocks == 0
+        assert os.listdir(tmp_path / "cache" / "tmp") == []
+    finally:
+        e.close()
+
+
+def test_full_local_disk_serves_reads_uncached(tmp_path, dataset) -> None:
+    """A real 256 KiB tmpfs as the cache disk, a 64 MiB budget: writes hit ENOSPC."""
+    small = tmp_path / "small"
+    small.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                       capture_output=True)
+    real_tmpfs = r.returncode == 0
+    patch = None
+    if not real_tmpfs:  # no CAP_SYS_ADMIN: emulate ENOSPC at the write syscall
+        import errno
+
+        real_write = os.write
+
+        def write(fd, data):
+            if os.fstat(fd).st_size + len(data) > 256 * 1024 or len(data) > 256 * 1024:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(fd, data)
+
+        patch = pytest.MonkeyPatch()
+        patch.setattr(os, "write", write)
+    try:
+        path = sorted(dataset)[3]
+        e = CacheEngine(SlowFileSystem(), str(small / "cache"), 64 * 1024 * 1024, policy="alluxio",
+                        params=EngineParams(block_size=BLOCK))
+        try:
+            assert e.read(path) == dataset[path]
+            assert e.read(path) == dataset[path]
+            assert e.metrics.value("enospc") > 0
+            assert e.metrics.value("hits") > 0  # what did fit is still used
+            assert e.store.verify().bad == 0
+        finally:
+            e.close()
+    finally:
+        if patch is not None:
+            patch.undo()
+        if real_tmpfs:
+            subprocess.run(["umount", str(small)], check=True)
+
+
+class HangingAdvisor:
+    """Blocks on every call until released (an LLM endpoint that never answers)."""
+
+    def __new__(cls, *a, **k):  # built lazily so the import stays inside the test
+        from aicache.adaptive.advisor.base import Advisor
+
+        class _Hanging(Advisor):
+            name = "hanging"
+
+            def __init__(self) -> None:
+                super().__init__()
+                import threading
+
+                self.entered = threading.Event()
+                self.release = threading.Event()
+
+            def advise(self, request):
+                self.entered.set()
+                self.release.wait(60)
+                return None
+
+        return _Hanging()
+
+
+class GarbageAdvisor:
+    def __new__(cls, *a, **k):
+        from aicache.adaptive.advisor.base import Advice, Advisor
+
+        class _Garbage(Advisor):
+            name = "garbage"
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.calls = 0
+
+            def advise(self, request):
+                self.calls += 1
+                if self.calls % 2:
+                    return Advice(pattern="banana", confidence=7.0, reason="}{not json")
+                raise RuntimeError("advisor crashed")
+
+        return _Garbage()
+
+
+@pytest.mark.parametrize("kind", ["hanging", "garbage"])
+def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
+    from aicache.adaptive.systems import make_system
+
+    advisor = HangingAdvisor() if kind == "hanging" else GarbageAdvisor()
+    system = make_system("chiron", 1 << 30, BLOCK, advisor=advisor, runner="thread",
+                         first_review_s=0.01, early_retry_s=0.01, routine_interval_s=0.02,
+                         reflection_interval_s=0.02, min_window=10, round_s=0.05)
+    e = CacheEngine(SlowFileSystem(), str(tmp_path / "cache"), 1 << 30, policy=system,
+                    params=EngineParams(block_size=BLOCK))
+    try:
+        path = sorted(dataset)[0]
+        assert e.read(path) == dataset[path]  # warm: every block cached
+        e.wait_prefetches()
+        lat = []
+        deadline = time.monotonic() + 0.6  # long enough for several review rounds
+        i = 0
+        while time.monotonic() < deadline:
+            off = (i * 7 % 16) * BLOCK
+            t0 = time.perf_counter()
+            assert e.read(path, off, BLOCK) == dataset[path][off:off + BLOCK]
+            lat.append(time.perf_counter() - t0)
+            i += 1
+        lat.sort()
+        assert system.advisor_calls >= 1  # the advisor really was consulted
+        if kind == "hanging":
+            assert advisor.entered.wait(5)  # ...and is stuck inside advise()
+        else:
+            assert advisor.calls >= 2
+        assert system.switches == 0  # no advice ⇒ the policy did not change
+        # hits stay hits: a p99 of tens of ms would mean a read waited on the advisor
+        assert lat[int(0.99 * len(lat))] < 0.05, lat[-5:]
+        assert len(lat) > 100
+    finally:
+        if kind == "hanging":
+            advisor.release.set()
+        e.close()
+
+
+def test_a_policy_that_raises_never_fails_a_read(tmp_path, dataset) -> None:
+    """A buggy system (every call raises): reads still return the right bytes, the budget
+    still holds (the store evicts oldest-first), and the failures are counted."""
+    from aicache.adaptive.system import DataCacheSystem
+
+    class Broken(DataCacheSystem):
+        name = "broken"
+
+        def on_access(self, *a):
+            raise RuntimeError("bug")
+
+        admit = on_insert = victim = on_remove = on_access
+
+    path = sorted(dataset)[2]
+    cap = 4 * (BLOCK + HEADER_SIZE)
+    e = CacheEngine(SlowFileSystem(), str(tmp_path / "cache"), cap, policy=Broken(),
+                    params=EngineParams(block_size=BLOCK))
+    try:
+        assert e.read(path) == dataset[path]
+        assert e.read(path, 3 * BLOCK, 2 * BLOCK) == dataset[path][3 * BLOCK:5 * BLOCK]
+        assert e.metrics.value("policy_errors") > 0
+        assert e.store.stats().used_bytes <= cap and e.store.stats().blocks == 4
+    finally:
+        e.close()
