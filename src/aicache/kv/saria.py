@@ -1,0 +1,712 @@
+"""SARIA's policy core: SSD admission, reload planning, lazy partial promotion, and
+bandwidth-coordinated multi-source reload (seed 002, §4.2–4.5; spec ``SARIA.md``).
+
+Everything here is pure: told ``now``, no I/O, no clock, no randomness. The simulator
+(``aicache.sim.kv``) and the real tiered store (DRAM slot pool + SSD slab files) drive the
+*same* :class:`KVIndex`; the index says what to move and the driver moves bytes.
+
+Driver protocol (one request)::
+
+    plan = index.lookup(ns, block_keys, now)        # ReloadPlan: a source per block
+    index.begin(plan, now)                          # pin path, count reuse, maybe prewrite
+    coordinator.submit(job, plan.dram_bytes, plan.ssd_bytes, now)  # schedule the reads
+    coordinator.advance(t) -> finished jobs         # (or coordinator.next_event())
+    ... prefill of the uncached suffix ...
+    moves = index.finish(plan, block_keys, now, tokens=..., attrs=...)  # store + promote
+    # moves.ssd_writes / prewrites / dram_inserts / promotions / dram_drops / ssd_drops
+    # say which copies to make or free; index.stats holds the admission counters.
+
+Other entry points: ``index.store(ns, keys, now, tokens=...)`` offloads KV computed
+outside a plan; ``index.make_dram_room(bytes, now)`` (alias ``on_dram_pressure``) frees
+DRAM on the allocator's demand; ``index.drop_ssd(node, moves)`` frees an SSD copy.
+
+Decisions (where the seed is silent):
+* ``R_b`` counts every later request whose prompt contains the block — served from a
+  tier or recomputed after its copies were lost (popularity, as in the seed's Fig. 6).
+* ``E_b`` is incremented when a block is chosen at a DRAM eviction boundary *before*
+  the admission test, so ``E2`` persists a block at its second eviction (or, with
+  prewrite, when it re-enters DRAM with ``E_b + 1 ≥ θ_E``).
+* ``t_reuse`` for the P_τ guard is the last reuse *or (re)store* of the block: a block
+  just computed is as "recently used" as one just reused.
+* ``P_target`` is rounded down and capped at the number of SSD hits; the promoted blocks
+  are the earliest SSD-sourced blocks of the prefix (the ones every later turn needs).
+* A block that cannot get DRAM (everything pinned) is simply not cached in DRAM.
+* Writes complete instantly in the index (the real store keeps the DRAM copy readable
+  until its write finishes); the coordinator models reads only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from aicache.errors import BadInput
+from aicache.kv.eviction import BlockEvictionPolicy, make_dram_policy
+from aicache.kv.models import ModelSpec
+from aicache.kv.radix import KVObject, Namespace, RadixNode, RadixTree, Tier
+
+GB = 1e9
+_DRAM, _SSD, _HBM = int(Tier.DRAM), int(Tier.SSD), int(Tier.HBM)
+_KV, _CK = KVObject.KV, KVObject.CHECKPOINT
+
+
+# ------------------------------------------------------------------------- admission
+@dataclass(frozen=True, slots=True)
+class AdmissionRule:
+    """``admit(b) = [E_b ≥ θ_E] ∨ [R_b ≥ θ_R]`` (either threshold may be off), or admit
+    everything (``full-duplicate``)."""
+
+    theta_e: int | None = 2
+    theta_r: int | None = None
+    everything: bool = False
+
+    _PAT = re.compile(r"^(?:e(\d+))?(?:\s*(?:\||∨|v|\+|or)\s*)?(?:r(\d+))?$")
+
+    @classmethod
+    def parse(cls, text: str) -> AdmissionRule:
+        """``full-duplicate``, ``E3``, ``R8``, ``E2∨R8`` (also ``E2|R8``, ``E2+R8``)."""
+        t = text.strip().lower()
+        if t in ("full-duplicate", "fd", "all"):
+            return cls(None, None, True)
+        m = cls._PAT.match(t.replace(" ", ""))
+        if not t or not m or not (m.group(1) or m.group(2)):
+            raise BadInput(f"admission {text!r} is not full-duplicate, E<n>, R<n> or E<n>∨R<m>")
+        e = int(m.group(1)) if m.group(1) else None
+        r = int(m.group(2)) if m.group(2) else None
+        if (e is not None and e < 1) or (r is not None and r < 1):
+            raise BadInput(f"admission {text!r}: thresholds must be at least 1")
+        return cls(e, r, False)
+
+    @property
+    def label(self) -> str:
+        if self.everything:
+            return "full-duplicate"
+        parts = ([f"E{self.theta_e}"] if self.theta_e else []) + (
+            [f"R{self.theta_r}"] if self.theta_r else [])
+        return "∨".join(parts) or "none"
+
+    def admit(self, e: int, r: int) -> bool:
+        if self.everything:
+            return True
+        return (self.theta_e is not None and e >= self.theta_e) or (
+            self.theta_r is not None and r >= self.theta_r)
+
+    def prewrite_due(self, e: int, r: int) -> bool:
+        """Would the block qualify now or at its next eviction (``E_b + 1``)?"""
+        return self.admit(e + 1, r)
+
+
+# ------------------------------------------------------------------------- promotion
+class PromotionMode(str, Enum):
+    PARTIAL = "partial"  #: SARIA: lazy partial promotion toward a DRAM share r
+    ZERO = "zero"        #: FlexKV / Dynamo KVBM: SSD hits go to the GPU only
+    FULL = "full"        #: HiCache: every SSD hit is kept in DRAM
+
+
+@dataclass(frozen=True, slots=True)
+class PromotionParams:
+    mode: PromotionMode = PromotionMode.PARTIAL
+    r: float = 0.4
+    p_tau: float = 60.0
+    #: how many eviction candidates to inspect for one that passes the P_τ guard
+    scan_limit: int = 32
+
+
+def r_star(b_disk: float, b_gpu: float) -> float:
+    """Bandwidth-balanced DRAM share ``r* = 1 − B_disk / B_GPU`` (both paths finish
+    together while the GPU ingress link stays full), clamped to [0, 1]."""
+    if b_gpu <= 0:
+        raise ValueError("B_GPU must be positive")
+    return min(1.0, max(0.0, 1.0 - b_disk / b_gpu))
+
+
+def promotion_target(r: float, d0: int, s0: int) -> int:
+    """``P_target = max(0, r·(D0 + S0) − D0)`` blocks, rounded down, at most ``S0``."""
+    x = r * (d0 + s0) - d0
+    return max(0, min(s0, math.floor(x + 1e-9)))
+
+
+def promotion_allowed(now: float, t_reuse: float, p_tau: float) -> bool:
+    """P_τ guard: promotion may evict a block only if it was not reused within ``p_tau``."""
+    return now - t_reuse >= p_tau
+
+
+# ---------------------------------------------------------------------- coordination
+@dataclass(frozen=True, slots=True)
+class Bandwidths:
+    """Bytes/s of the shared GPU ingress link, the GDS (SSD→GPU) path and DRAM→GPU."""
+
+    gpu: float = 48 * GB
+    disk: float = 20 * GB
+    dram: float = 48 * GB
+
+
+def b_pace(bw: Bandwidths) -> float:
+    """Aggregate DRAM rate while SSD work runs: ``min(B_DRAM, B_GPU − B_disk)``."""
+    return min(bw.dram, max(0.0, bw.gpu - bw.disk))
+
+
+class TransferMode(str, Enum):
+    SERIAL = "serial"            #: each request reads DRAM first, then SSD
+    OVERLAP = "overlap"          #: both at once, uncoordinated: DRAM bursts take the link
+    COORDINATED = "coordinated"  #: DRAM paced to B_pace while SSD work is runnable
+
+
+class _Job:
+    __slots__ = ("key", "dram", "ssd")
+
+    def __init__(self, key: Hashable, dram: float, ssd: float) -> None:
+        self.key, self.dram, self.ssd = key, dram, ssd
+
+
+class TransferCoordinator:
+    """Fluid (processor-sharing) model of concurrent reloads over one GPU ingress link.
+
+    Rates are piecewise constant between events (a job's DRAM or SSD part finishing, a
+    submission). With jobs ``A_d`` having runnable DRAM work and ``A_s`` SSD work:
+
+    * serial / overlap (uncoordinated): DRAM gets ``min(B_DRAM, B_GPU)``; SSD gets what is
+      left, ``min(B_disk, B_GPU − rate_DRAM)`` — the DRAM burst starves the SSD (seed
+      Fig. 16). In ``serial`` a job's SSD part is runnable only after its DRAM part.
+    * coordinated: while any SSD work is runnable SSD gets ``min(B_disk, B_GPU)`` and DRAM
+      the residual ``min(B_DRAM, B_GPU − rate_SSD)`` (= ``B_pace`` at full SSD rate);
+      with no SSD work DRAM runs unthrottled.
+
+    Each class's rate is split equally among its jobs. ``estimates`` (the coordinator's
+    configured bandwidths) may differ from ``actual`` ones: pacing uses the estimate of
+    B_disk while the SSD delivers at most the actual rate.
+    """
+
+    __slots__ = ("mode", "bw", "est", "now", "_jobs", "_done")
+
+    def __init__(self, mode: TransferMode | str = TransferMode.COORDINATED,
+                 bandwidths: Bandwidths | None = None,
+                 estimates: Bandwidths | None = None) -> None:
+        self.mode = TransferMode(mode)
+        self.bw = bandwidths or Bandwidths()
+        self.est = estimates or self.bw
+        self.now = 0.0
+        self._jobs: dict[Hashable, _Job] = {}
+        self._done: list[Hashable] = []
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, key: Hashable, dram_bytes: float, ssd_bytes: float, now: float) -> None:
+        """Add a request's reload (call :meth:`advance` to ``now`` first)."""
+        if now < self.now - 1e-9:
+            raise ValueError("time went backwards")
+        self.advance(now)
+        if key in self._jobs:
+            raise ValueError(f"transfer {key!r} already submitted")
+        self._jobs[key] = _Job(key, float(dram_bytes), float(ssd_bytes))
+
+    def _rates(self) -> tuple[float, float, int, int]:
+        mode = self.mode
+        nd = ns = 0
+        for j in self._jobs.values():
+            if j.dram > 0:
+                nd += 1
+            if j.ssd > 0 and (mode is not TransferMode.SERIAL or j.dram <= 0):
+                ns += 1
+        bw = self.bw
+        if mode is TransferMode.COORDINATED and ns:
+            rd = min(bw.dram, bw.gpu, max(0.0, self.est.gpu - self.est.disk)) if nd else 0.0
+        else:
+            rd = min(bw.dram, bw.gpu) if nd else 0.0
+        rs = min(bw.disk, bw.gpu - rd) if ns else 0.0
+        return (rd / nd if nd else 0.0), (rs / ns if ns else 0.0), nd, ns
+
+    def next_event(self) -> float:
+        """Time of the next part completion (``inf`` when idle or stalled)."""
+        if not self._jobs:
+            return math.inf
+        pd, ps, _, _ = self._rates()
+        dt = math.inf
+        serial = self.mode is TransferMode.SERIAL
+        for j in self._jobs.values():
+            if j.dram <= 0 and j.ssd <= 0:
+                return self.now
+            if j.dram > 0 and pd > 0:
+                dt = min(dt, j.dram / pd)
+            if j.ssd > 0 and ps > 0 and (not serial or j.dram <= 0):
+                dt = min(dt, j.ssd / ps)
+        return self.now + dt
+
+    def advance(self, t: float) -> list[Hashable]:
+        """Move the fluid model to time ``t``; returns the jobs that completed by then."""
+        done: list[Hashable] = []
+        serial = self.mode is TransferMode.SERIAL
+        while True:
+            finished = [k for k, j in self._jobs.items() if j.dram <= 0 and j.ssd <= 0]
+            for key in finished:
+                del self._jobs[key]
+                done.append(key)
+            if not self._jobs or t <= self.now:
+                break
+            nxt = self.next_event()
+            step_to = min(t, nxt)
+            dt = step_to - self.now
+            if dt > 0:
+                pd, ps, _, _ = self._rates()  # constant during the step
+                # less than a nanosecond of work left counts as done (float time
+                # resolution at large ``now`` would otherwise stall the model)
+                eps_d, eps_s = max(1e-3, pd * 1e-9), max(1e-3, ps * 1e-9)
+                for j in self._jobs.values():
+                    ssd_runs = j.ssd > 0 and (not serial or j.dram <= 0)
+                    if j.dram > 0:
+                        j.dram -= pd * dt
+                        if j.dram <= eps_d:
+                            j.dram = 0.0
+                    if ssd_runs:
+                        j.ssd -= ps * dt
+                        if j.ssd <= eps_s:
+                            j.ssd = 0.0
+            self.now = step_to
+            if nxt > t:
+                break
+        self.now = max(self.now, t)
+        return done
+
+    def run_until_idle(self) -> dict[Hashable, float]:
+        """Completion time of every outstanding job (for micro-benchmarks and tests)."""
+        out: dict[Hashable, float] = {}
+        while self._jobs:
+            t = self.next_event()
+            if math.isinf(t):
+                raise RuntimeError("transfer stalled: a bandwidth is zero")
+            for k in self.advance(t):
+                out[k] = self.now
+        return out
+
+
+def schedule(jobs: Sequence[tuple[float, float]], mode: TransferMode | str,
+             bandwidths: Bandwidths | None = None,
+             estimates: Bandwidths | None = None) -> list[float]:
+    """Completion times of jobs ``(dram_bytes, ssd_bytes)`` all submitted at time 0."""
+    c = TransferCoordinator(mode, bandwidths, estimates)
+    for i, (d, s) in enumerate(jobs):
+        c.submit(i, d, s, 0.0)
+    done = c.run_until_idle()
+    return [done[i] for i in range(len(jobs))]
+
+
+# --------------------------------------------------------------------------- planning
+class LookupMode(str, Enum):
+    UNIFIED = "unified"          #: SARIA: longest prefix across tiers, sources interleave
+    TIER_PREFIX = "tier-prefix"  #: LMCache: DRAM prefix, then SSD, stop at the next switch
+
+
+@dataclass(slots=True)
+class ReloadPlan:
+    """Where every block of the reusable prefix comes from, in prompt order.
+
+    ``nodes[i]`` is read from ``sources[i]``; ``checkpoint`` (hybrid models) is the node
+    whose recurrent checkpoint resumes computation at the end of the prefix.
+    ``known_blocks`` counts leading blocks the metadata knows (resident or not).
+    """
+
+    namespace: Namespace
+    nodes: list[RadixNode]
+    sources: list[Tier]
+    hit_tokens: int = 0
+    hbm_blocks: int = 0
+    dram_blocks: int = 0
+    ssd_blocks: int = 0
+    dram_bytes: int = 0
+    ssd_bytes: int = 0
+    known_blocks: int = 0
+    checkpoint: RadixNode | None = None
+    checkpoint_source: Tier = Tier.NONE
+
+    @property
+    def hit_blocks(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(slots=True)
+class Moves:
+    """What a driver must do with bytes after an index call (the simulator only counts).
+
+    ``ssd_writes``: copy the node's objects DRAM→SSD (``prewrites`` ⊆ those, started
+    while the block stays in DRAM); ``dram_inserts``: keep the HBM copy in DRAM;
+    ``promotions`` ⊆ dram_inserts; ``dram_drops`` / ``ssd_drops``: free those copies.
+    """
+
+    ssd_writes: list[RadixNode] = field(default_factory=list)
+    prewrites: list[RadixNode] = field(default_factory=list)
+    dram_inserts: list[RadixNode] = field(default_factory=list)
+    promotions: list[RadixNode] = field(default_factory=list)
+    dram_drops: list[RadixNode] = field(default_factory=list)
+    ssd_drops: list[RadixNode] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IndexStats:
+    """Admission and traffic counters of one :class:`KVIndex`."""
+
+    ssd_writes: int = 0
+    ssd_write_bytes: int = 0
+    prewrites: int = 0
+    ssd_reads: int = 0
+    ssd_read_bytes: int = 0
+    dram_read_bytes: int = 0
+    dram_evictions: int = 0
+    ssd_evictions: int = 0
+    admitted_at_eviction: int = 0
+    rejected_at_eviction: int = 0
+    promotions: int = 0
+    promotions_blocked: int = 0
+    dram_store_failures: int = 0
+
+
+@dataclass(frozen=True)
+class KVIndexParams:
+    """Configuration of one :class:`KVIndex` (capacities in bytes; 0 disables a tier)."""
+
+    model: ModelSpec
+    dram_bytes: int
+    ssd_bytes: int
+    admission: AdmissionRule = AdmissionRule()
+    promotion: PromotionParams = PromotionParams()
+    lookup: LookupMode = LookupMode.UNIFIED
+    prewrite: bool = True
+    dram_policy: str = "lru"
+    dram_policy_params: dict[str, Any] = field(default_factory=dict)
+    metadata_window: float = 3600.0
+
+
+class KVIndex:
+    """SARIA's cache manager over a :class:`RadixTree`: DRAM/SSD accounting, admission,
+    reload planning and promotion. Capacity invariants: ``dram_used ≤ dram_capacity`` and
+    ``ssd_used ≤ ssd_capacity`` after every call; the DRAM policy holds exactly the nodes
+    with a DRAM copy; ``ssd_lru`` exactly those with an SSD copy."""
+
+    def __init__(self, params: KVIndexParams) -> None:
+        self.p = params
+        m = params.model
+        self.kv_bpt = m.kv_bytes_per_token
+        self.ck_bytes = m.checkpoint_bytes
+        self.ck_every = (m.checkpoint_tokens // m.block_tokens) if m.hybrid else 0
+        if m.hybrid and (self.ck_every < 1 or m.checkpoint_tokens % m.block_tokens):
+            raise BadInput(f"model {m.name}: checkpoint_tokens must be a multiple of block_tokens")
+        self.tree = RadixTree(params.metadata_window)
+        self.dram_capacity = int(params.dram_bytes)
+        self.ssd_capacity = int(params.ssd_bytes)
+        self.dram_used = 0
+        self.ssd_used = 0
+        self.policy: BlockEvictionPolicy = make_dram_policy(
+            params.dram_policy, max(1, self.dram_capacity // max(1, m.block_bytes)),
+            **params.dram_policy_params)
+        self.ssd_lru: OrderedDict[RadixNode, None] = OrderedDict()
+        self.stats = IndexStats()
+        self.rule = params.admission
+        self.prom = params.promotion
+
+    # ------------------------------------------------------------------ helpers
+    def size(self, node: RadixNode) -> int:
+        """Bytes of all objects of ``node`` (KV of its tokens + its checkpoint)."""
+        return node.tokens * self.kv_bpt + (self.ck_bytes if node.has_ckpt else 0)
+
+    def checkpoint_flags(self, n_blocks: int, start_depth: int = 0) -> list[bool]:
+        """Which of ``n_blocks`` blocks (depth start+1..) end at a checkpoint boundary."""
+        if not self.ck_every:
+            return [False] * n_blocks
+        e = self.ck_every
+        return [(start_depth + i + 1) % e == 0 for i in range(n_blocks)]
+
+    # ------------------------------------------------------------------ read path
+    def lookup(self, ns: Namespace, keys: Sequence[Hashable], now: float) -> ReloadPlan:
+        """The reload plan for a prompt's block keys. Read-only (changes no state)."""
+        known = self.tree.match(ns, keys)
+        nodes: list[RadixNode] = []
+        sources: list[Tier] = []
+        tier_prefix = self.p.lookup is LookupMode.TIER_PREFIX
+        phase = 0  # tier-prefix: 0 = in the DRAM/HBM run, 1 = in the SSD run
+        for n in known:
+            loc = n.kv_loc
+            if loc & _HBM:
+                src = Tier.HBM
+            elif loc & _DRAM:
+                src = Tier.DRAM
+            elif loc & _SSD:
+                src = Tier.SSD
+            else:
+                break
+            if tier_prefix:
+                if phase == 0 and src is Tier.SSD:
+                    phase = 1
+                elif phase == 1:
+                    if not loc & _SSD:
+                        break
+                    src = Tier.SSD
+            nodes.append(n)
+            sources.append(src)
+        ck_node: RadixNode | None = None
+        ck_src = Tier.NONE
+        if self.ck_every:
+            cut = 0
+            for i in range(len(nodes) - 1, -1, -1):
+                nd = nodes[i]
+                if nd.has_ckpt and nd.ck_loc:
+                    cut = i + 1
+                    ck_node = nd
+                    cl = nd.ck_loc
+                    ck_src = Tier.HBM if cl & _HBM else Tier.DRAM if cl & _DRAM else Tier.SSD
+                    break
+            del nodes[cut:]
+            del sources[cut:]
+        plan = ReloadPlan(ns, nodes, sources, known_blocks=len(known))
+        kv = self.kv_bpt
+        tok = hbm = d = s = db = sb = 0
+        for n, src in zip(nodes, sources):
+            t = n.tokens
+            tok += t
+            if src is Tier.DRAM:
+                d += 1
+                db += t * kv
+            elif src is Tier.SSD:
+                s += 1
+                sb += t * kv
+            else:
+                hbm += 1
+        if ck_node is not None:
+            if ck_src is Tier.DRAM:
+                db += self.ck_bytes
+            elif ck_src is Tier.SSD:
+                sb += self.ck_bytes
+        plan.hit_tokens, plan.hbm_blocks, plan.dram_blocks, plan.ssd_blocks = tok, hbm, d, s
+        plan.dram_bytes, plan.ssd_bytes = db, sb
+        plan.checkpoint, plan.checkpoint_source = ck_node, ck_src
+        return plan
+
+    def begin(self, plan: ReloadPlan, now: float) -> Moves:
+        """A request starts reading ``plan``: pin its path, count reuse (R_b), refresh
+        recency, and start prewrites for blocks whose R_b reached θ_R."""
+        moves = Moves()
+        if not plan.nodes:
+            return moves
+        self.tree.pin(plan.nodes[-1])
+        self.tree.touch(plan.nodes, now)
+        st = self.stats
+        st.ssd_read_bytes += plan.ssd_bytes
+        st.dram_read_bytes += plan.dram_bytes
+        st.ssd_reads += plan.ssd_blocks
+        pol, ssd_lru = self.policy, self.ssd_lru
+        rule, prewrite = self.rule, self.p.prewrite and self.ssd_capacity > 0
+        for n, src in zip(plan.nodes, plan.sources):
+            n.R += 1
+            n.t_reuse = now
+            if src is Tier.DRAM:
+                n.t_access = now
+                pol.on_access(n, now)
+                if prewrite and not n.kv_loc & _SSD and rule.admit(n.E, n.R):
+                    if self._ssd_write(n, now, moves):
+                        moves.prewrites.append(n)
+                        st.prewrites += 1
+            elif src is Tier.SSD:
+                ssd_lru.move_to_end(n)
+        return moves
+
+    # ------------------------------------------------------------------ write path
+    def finish(self, plan: ReloadPlan, keys: Sequence[Hashable], now: float, *,
+               tokens: Sequence[int], attrs: RequestAttrs | None = None) -> Moves:
+        """Prefill is done: unpin, :meth:`store` the request's blocks past the reused
+        prefix, then promote SSD hits per the promotion mode."""
+        if plan.nodes:
+            self.tree.unpin(plan.nodes[-1])
+        moves = self.store(plan.namespace, keys, now, tokens=tokens, attrs=attrs,
+                           skip=plan.hit_blocks, reused=plan.known_blocks)
+        if self.dram_capacity > 0 and plan.ssd_blocks:
+            self._promote(plan, now, moves)
+        self.tree.reclaim(now)
+        return moves
+
+    def store(self, ns: Namespace, keys: Sequence[Hashable], now: float, *,
+              tokens: Sequence[int], attrs: RequestAttrs | None = None, skip: int = 0,
+              reused: int = 0, moves: Moves | None = None) -> Moves:
+        """Offload a prompt's KV from HBM: every block from index ``skip`` on gets a DRAM
+        copy (blocks already in DRAM are refreshed), evicting per the DRAM policy; blocks
+        are written through to SSD under full duplicate, or prewritten when the admission
+        rule says they would qualify at their next eviction. Without DRAM (``gds-only``)
+        blocks go straight to SSD. The first ``reused`` blocks were known before this
+        request (recomputed after losing their copies): the request reused their
+        context, so their R_b grows as a hit's would — R_b measures popularity, not luck
+        with residency."""
+        moves = moves if moves is not None else Moves()
+        path = self.tree.insert(ns, keys, now, tokens,
+                                self.checkpoint_flags(len(keys)) if self.ck_every else None)
+        if attrs is not None:
+            off = 0
+            types = attrs.block_types
+            for i, n in enumerate(path):
+                if n.session is None:
+                    n.session, n.turn, n.offset = attrs.session, attrs.turn, off
+                    if types is not None and i < len(types):
+                        n.token_type = types[i]
+                off += n.tokens
+        dram_on = self.dram_capacity > 0
+        ssd_on = self.ssd_capacity > 0
+        rule = self.rule
+        prewrite = self.p.prewrite and ssd_on
+        pol = self.policy
+        for i in range(skip, len(path)):
+            n = path[i]
+            if i < reused:
+                n.R += 1
+            n.t_reuse = now
+            n.t_access = now
+            if dram_on:
+                if n.kv_loc & _DRAM:
+                    pol.on_access(n, now)
+                elif not self._dram_insert(n, now, moves, guard=False):
+                    self.stats.dram_store_failures += 1
+                if ssd_on and not n.kv_loc & _SSD:
+                    if rule.everything:
+                        self._ssd_write(n, now, moves)
+                    elif prewrite and rule.prewrite_due(n.E, n.R) and n.kv_loc & _DRAM:
+                        if self._ssd_write(n, now, moves):
+                            moves.prewrites.append(n)
+                            self.stats.prewrites += 1
+            elif ssd_on and not n.kv_loc & _SSD:
+                self._ssd_write(n, now, moves)  # gds-only: KV lives on SSD only
+            elif ssd_on:
+                self.ssd_lru.move_to_end(n)
+        return moves
+
+    def _promote(self, plan: ReloadPlan, now: float, moves: Moves) -> None:
+        mode = self.prom.mode
+        if mode is PromotionMode.ZERO:
+            return
+        ssd_hits = [n for n, s in zip(plan.nodes, plan.sources) if s is Tier.SSD]
+        if mode is PromotionMode.FULL:
+            target, guard = len(ssd_hits), False
+        else:
+            target, guard = promotion_target(self.prom.r, plan.dram_blocks, plan.ssd_blocks), True
+        done = 0
+        for n in ssd_hits:
+            if done >= target:
+                break
+            if n.kv_loc & _DRAM:  # stored meanwhile by another request: already counts
+                done += 1
+                continue
+            if not self._dram_insert(n, now, moves, guard=guard):
+                self.stats.promotions_blocked += target - done
+                break
+            moves.promotions.append(n)
+            self.stats.promotions += 1
+            done += 1
+
+    def _dram_insert(self, n: RadixNode, now: float, moves: Moves, *, guard: bool) -> bool:
+        size = self.size(n)
+        if size > self.dram_capacity:
+            return False
+        if self.dram_used + size > self.dram_capacity and not self.make_dram_room(
+                size, now, moves, guard=guard):
+            return False
+        self.dram_used += size
+        self.tree.set_location(n, _KV, Tier.DRAM, True)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.DRAM, True)
+        n.t_access = now
+        self.policy.on_insert(n, now)
+        moves.dram_inserts.append(n)
+        return True
+
+    def make_dram_room(self, need: int, now: float, moves: Moves | None = None, *,
+                       guard: bool = False) -> bool:
+        """DRAM pressure: evict until ``need`` more bytes fit. Each victim's E_b grows; an
+        admitted, not-yet-persisted victim is written to SSD before its DRAM copy goes.
+        With ``guard`` (promotion), only blocks idle for P_τ may be evicted. False when
+        no evictable block is left (everything pinned or protected)."""
+        moves = moves if moves is not None else Moves()
+        cap = self.dram_capacity
+        p_tau = self.prom.p_tau
+        limit = self.prom.scan_limit
+        while self.dram_used + need > cap:
+            victim = None
+            seen = 0
+            for n in self.policy.candidates(now):
+                if n.pins:
+                    continue
+                if guard and now - n.t_reuse < p_tau:
+                    seen += 1
+                    if seen >= limit:
+                        break
+                    continue
+                victim = n
+                break
+            if victim is None:
+                return False
+            self.evict_dram(victim, now, moves)
+        return True
+
+    on_dram_pressure = make_dram_room  #: the name the real store's allocator calls
+
+    def evict_dram(self, n: RadixNode, now: float, moves: Moves) -> None:
+        """Remove ``n``'s DRAM copy at an eviction boundary (E_b += 1, then admission)."""
+        n.E += 1
+        st = self.stats
+        st.dram_evictions += 1
+        if self.ssd_capacity > 0 and not n.kv_loc & _SSD:
+            if self.rule.admit(n.E, n.R):
+                st.admitted_at_eviction += 1
+                self._ssd_write(n, now, moves)
+            else:
+                st.rejected_at_eviction += 1
+        self.policy.on_remove(n)
+        self.tree.set_location(n, _KV, Tier.DRAM, False)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.DRAM, False)
+        self.dram_used -= self.size(n)
+        moves.dram_drops.append(n)
+
+    def _ssd_write(self, n: RadixNode, now: float, moves: Moves) -> bool:
+        size = self.size(n)
+        cap = self.ssd_capacity
+        if size > cap:
+            return False
+        lru = self.ssd_lru
+        while self.ssd_used + size > cap:
+            victim = None
+            for v in lru:
+                if not v.pins:
+                    victim = v
+                    break
+            if victim is None:
+                return False
+            self.drop_ssd(victim, moves)
+        self.ssd_used += size
+        lru[n] = None
+        self.tree.set_location(n, _KV, Tier.SSD, True)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.SSD, True)
+        st = self.stats
+        st.ssd_writes += 1
+        st.ssd_write_bytes += size
+        moves.ssd_writes.append(n)
+        return True
+
+    def drop_ssd(self, n: RadixNode, moves: Moves) -> None:
+        """Free ``n``'s SSD copy (SSD capacity eviction); its metadata stays."""
+        del self.ssd_lru[n]
+        self.ssd_used -= self.size(n)
+        self.tree.set_location(n, _KV, Tier.SSD, False)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.SSD, False)
+        self.stats.ssd_evictions += 1
+        moves.ssd_drops.append(n)
+
+
+@dataclass(slots=True)
+class RequestAttrs:
+    """Per-request metadata copied onto new nodes (what semantic eviction policies read)."""
+
+    session: str | None = None
+    turn: int = -1
+    block_types: Sequence[str] | None = None

@@ -1,0 +1,507 @@
+"""Trace-driven replay of a tiered KV cache (GPU ← DRAM ← SSD) for SARIA and baselines.
+
+Methodology (seed 002 §3/§5.1, spec ``SARIA.md``):
+
+* **Session replay** (traces with session ids): each session keeps its request order and
+  recorded inter-request intervals; only session *start* times move — spread over a
+  window (12 h / 4 h / 2 h …) with Gamma(k=1) gaps. One active request per session: a
+  successor arrives its recorded interval after its predecessor finished.
+  **Timestamp replay** (no session ids, e.g. Mooncake): requests arrive at their
+  timestamps (relative to the first).
+* At most ``in_flight`` requests are served at once (FIFO admission). A request's cache
+  transfer runs through the shared :class:`~aicache.kv.saria.TransferCoordinator`;
+  then its uncached suffix is prefilled on one GPU whose logical clock advances at
+  ``prefill_tps`` tokens/s (FIFO). Requests stop after the first token (prefill only).
+  TTFT = waiting + transfer + queueing for the GPU + prefill.
+* CHAR = hit blocks / blocks a cache of unlimited capacity would have hit on the same
+  arrival schedule (a shadow prefix set updated when each request finishes, with the same
+  checkpoint-boundary rule for hybrid models).
+
+The cache is a :class:`~aicache.kv.saria.KVIndex` — the same object the real tiered store
+drives. Cache blocks are the model's ``block_tokens`` (512 dense, 1,024 hybrid); trace
+blocks (Mooncake 512, WEKA 64, Bailian 16) are regrouped into cache blocks by chaining
+their ids, so a prefix shared at trace granularity stays shared at cache granularity.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from aicache.errors import BadInput
+from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
+from aicache.kv.saria import (
+    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, PromotionMode,
+    PromotionParams, ReloadPlan, RequestAttrs, Tier, TransferCoordinator, TransferMode,
+)
+from aicache.registry import Registry
+from aicache.traces.base import KVRequest
+
+#: JSON keys promised by CLI.md (``aicache sim kv --json``), in order.
+JSON_KEYS = ("system", "requests", "ttft_mean_s", "ttft_p90_s", "ttft_p25bad_s", "char",
+             "char_p25bad", "ssd_write_bytes", "ssd_read_bytes", "ssd_writes_norm",
+             "ssd_reads_norm", "dram_evictions", "transfer_mean_s", "transfer_p25bad_s",
+             "ssd_lifetime_days")
+
+
+# ---------------------------------------------------------------------------- systems
+@dataclass(frozen=True)
+class SystemSpec:
+    """A cache configuration by name. ``admission=None`` means SARIA's own admission
+    (θ_E / θ_R from the run's parameters)."""
+
+    name: str
+    dram: bool = True
+    ssd: bool = True
+    admission: AdmissionRule | None = None
+    lookup: LookupMode = LookupMode.UNIFIED
+    promotion: PromotionMode = PromotionMode.PARTIAL
+    transfer: TransferMode = TransferMode.COORDINATED
+
+
+_FD = AdmissionRule(None, None, True)
+SYSTEMS: Registry[SystemSpec] = Registry("KV system")
+SYSTEMS.register("saria", SystemSpec("saria"), "SARIA: E/R admission, unified plan, partial promotion, coordinator")
+SYSTEMS.register("full-duplicate", SystemSpec("full-duplicate", admission=_FD),
+                 "SARIA with admission disabled (every block to SSD)")
+SYSTEMS.register("dram-only", SystemSpec("dram-only", ssd=False), "SARIA with SSD disabled")
+SYSTEMS.register("lmcache-plus", SystemSpec(
+    "lmcache-plus", admission=_FD, lookup=LookupMode.TIER_PREFIX, promotion=PromotionMode.ZERO,
+    transfer=TransferMode.SERIAL), "full duplicate, tier-prefix lookup, serial tiers, no promotion")
+SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
+                                        promotion=PromotionMode.ZERO),
+                 "KV only on SSD, read straight to GPU")
+SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
+                                              promotion=PromotionMode.FULL),
+                 "HiCache-style: every SSD hit kept in DRAM (full duplicate)")
+SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
+                                              promotion=PromotionMode.ZERO),
+                 "FlexKV/Dynamo-style: SSD hits go to GPU only (full duplicate)")
+
+
+@dataclass(frozen=True)
+class KVSimParams:
+    """One replay. ``None`` overrides keep the system's own setting."""
+
+    system: str = "saria"
+    model: str = DEFAULT_MODEL
+    dram_tokens: int = 1_000_000
+    ssd_tokens: int = 10_000_000
+    theta_e: int | None = 2
+    theta_r: int | None = None
+    admission: str | None = None        #: e.g. "E2∨R8"; overrides theta_e/theta_r
+    promotion: float | None = None      #: target DRAM share r (default 0.4)
+    promotion_mode: str | None = None   #: partial / zero / full
+    p_tau: float = 60.0
+    lookup: str | None = None           #: unified / tier-prefix
+    transfer: str | None = None         #: serial / overlap / coordinated
+    prewrite: bool = True
+    gpu_gbps: float = 48.0
+    disk_gbps: float = 20.0
+    dram_gbps: float = 48.0
+    est_disk_gbps: float | None = None  #: coordinator's estimate of B_disk (default: exact)
+    session_window: float = 12 * 3600.0
+    in_flight: int = 4
+    prefill_tps: float = 6500.0
+    replay: str = "auto"                #: auto / sessions / timestamps
+    dram_policy: str = "lru"
+    metadata_window: float = 3600.0
+    seed: int = 0
+
+
+# ---------------------------------------------------------------------- preparation
+class _Req:
+    __slots__ = ("session", "turn", "gap", "ts", "input_length", "keys", "last_tokens",
+                 "types", "arrival", "t_start", "transfer", "plan", "achievable", "next")
+
+    def __init__(self, session: str | None, turn: int, ts: float, input_length: int,
+                 keys: list[Hashable], last_tokens: int, types: list[str] | None) -> None:
+        self.session, self.turn, self.ts = session, turn, ts
+        self.input_length, self.keys, self.last_tokens, self.types = (
+            input_length, keys, last_tokens, types)
+        self.gap = 0.0
+        self.arrival = self.t_start = self.transfer = 0.0
+        self.plan: ReloadPlan | None = None
+        self.achievable = 0
+        self.next: _Req | None = None
+
+
+def _reblock(r: KVRequest, cb: int, no: int) -> tuple[list[Hashable], int, list[str] | None]:
+    """Cache-block keys of a request: trace blocks of ``r.block_tokens`` regrouped into
+    ``cb``-token cache blocks (ids chained so equal prefixes give equal keys)."""
+    tb = r.block_tokens
+    ids = r.hash_ids
+    types = r.block_types
+    if tb <= 0:
+        raise BadInput(f"trace request {no}: block_tokens {tb} must be positive")
+    if tb == cb:
+        keys: list[Hashable] = list(ids)
+        btypes = list(types) if types is not None else None
+    elif cb % tb == 0:
+        g = cb // tb
+        keys = []
+        prev: Hashable = 0
+        for j in range(0, len(ids), g):
+            prev = hash((prev, *ids[j:j + g]))
+            keys.append(prev)
+        btypes = [types[j] for j in range(0, len(ids), g)] if types is not None else None
+    elif tb % cb == 0:
+        g = tb // cb
+        n_cache = -(-r.input_length // cb) if r.input_length else len(ids) * g
+        keys = [(h, k) for h in ids for k in range(g)][:max(0, n_cache)]
+        btypes = ([t for t in types for _ in range(g)][:len(keys)] if types is not None else None)
+    else:
+        raise BadInput(f"trace request {no}: block_tokens {tb} and the model's {cb}-token cache "
+                       f"blocks do not divide; use --model with a compatible block size")
+    if not keys:
+        return keys, 0, btypes
+    last = r.input_length - (len(keys) - 1) * cb
+    last = min(cb, max(1, last))
+    return keys, last, btypes
+
+
+def prepare(requests: Iterable[KVRequest], block_tokens: int) -> list[_Req]:
+    """Materialise the trace compactly (cache-block keys only), in trace order."""
+    out: list[_Req] = []
+    for no, r in enumerate(requests, 1):
+        if r.input_length < 0:
+            raise BadInput(f"trace request {no}: input_length must be non-negative")
+        keys, last, types = _reblock(r, block_tokens, no)
+        out.append(_Req(r.session_id, r.turn if r.turn is not None else -1, float(r.timestamp),
+                        r.input_length, keys, last, types))
+    return out
+
+
+# ------------------------------------------------------------------------ the replay
+@dataclass
+class KVSimResult:
+    metrics: dict[str, Any]
+    ttft: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    transfer: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+
+def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndexParams:
+    if p.admission:
+        rule = AdmissionRule.parse(p.admission)
+    elif spec.admission is not None:
+        rule = spec.admission
+    else:
+        if p.theta_e is None and p.theta_r is None:
+            raise BadInput("saria needs --theta-e or --theta-r (or --admission)")
+        rule = AdmissionRule(p.theta_e, p.theta_r, False)
+    mode = PromotionMode(p.promotion_mode) if p.promotion_mode else spec.promotion
+    r = 0.4 if p.promotion is None else float(p.promotion)
+    return KVIndexParams(
+        model=model,
+        dram_bytes=p.dram_tokens * model.kv_bytes_per_token if spec.dram else 0,
+        ssd_bytes=p.ssd_tokens * model.kv_bytes_per_token if spec.ssd else 0,
+        admission=rule,
+        promotion=PromotionParams(mode, r, p.p_tau),
+        lookup=LookupMode(p.lookup) if p.lookup else spec.lookup,
+        prewrite=p.prewrite,
+        dram_policy=p.dram_policy,
+        metadata_window=p.metadata_window,
+    )
+
+
+def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
+    """Check a parameter set; every problem is a one-line :class:`BadInput`."""
+    spec = SYSTEMS.get(p.system)
+    model = get_model(p.model)
+    bt = model.block_tokens
+    if p.dram_tokens < 0 or p.ssd_tokens < 0:
+        raise BadInput("--dram-tokens/--ssd-tokens must be non-negative token counts")
+    if spec.dram and p.dram_tokens < bt:
+        raise BadInput(f"--dram-tokens {p.dram_tokens} is smaller than one {bt}-token block; "
+                       f"give at least {bt} (or use --system gds-only)")
+    if spec.ssd and p.ssd_tokens < bt:
+        raise BadInput(f"--ssd-tokens {p.ssd_tokens} is smaller than one {bt}-token block; "
+                       f"give at least {bt} (or use --system dram-only)")
+    if p.in_flight < 1:
+        raise BadInput(f"--in-flight {p.in_flight} must be at least 1")
+    if p.promotion is not None and not 0.0 <= p.promotion <= 1.0:
+        raise BadInput(f"--promotion {p.promotion} must be a DRAM share between 0 and 1")
+    if not p.session_window > 0:
+        raise BadInput("--session-window must be a positive duration, e.g. 12h")
+    if p.prefill_tps <= 0 or min(p.gpu_gbps, p.disk_gbps, p.dram_gbps) <= 0:
+        raise BadInput("prefill rate and bandwidths must be positive")
+    for name, val, enum in (("promotion mode", p.promotion_mode, PromotionMode),
+                            ("lookup", p.lookup, LookupMode), ("transfer", p.transfer, TransferMode)):
+        if val is not None:
+            try:
+                enum(val)
+            except ValueError:
+                raise BadInput(f"{name} {val!r}; valid: {', '.join(e.value for e in enum)}") from None
+    if p.replay not in ("auto", "sessions", "timestamps"):
+        raise BadInput(f"replay {p.replay!r}; valid: auto, sessions, timestamps")
+    if p.theta_e is not None and p.theta_e < 1 or p.theta_r is not None and p.theta_r < 1:
+        raise BadInput("--theta-e/--theta-r must be at least 1")
+    return spec, model
+
+
+def _schedule_arrivals(reqs: list[_Req], p: KVSimParams) -> tuple[list[_Req], bool]:
+    """First request of each chain and its arrival; links successors. Returns (heads,
+    session_mode)."""
+    sessions = p.replay == "sessions" or (
+        p.replay == "auto" and bool(reqs) and all(r.session is not None for r in reqs))
+    if not sessions:
+        t0 = min((r.ts for r in reqs), default=0.0)
+        for r in reqs:
+            r.arrival = r.ts - t0
+        return reqs, False
+    by: dict[str, list[_Req]] = {}
+    for r in reqs:
+        by.setdefault(str(r.session), []).append(r)
+    chains = []
+    for sid, lst in by.items():
+        lst.sort(key=lambda q: (q.ts, q.turn))
+        for a, b in zip(lst, lst[1:]):
+            b.gap = max(0.0, b.ts - a.ts)
+            a.next = b
+        chains.append((lst[0].ts, sid, lst[0]))
+    chains.sort(key=lambda c: (c[0], c[1]))
+    rng = np.random.default_rng(p.seed)
+    g = rng.gamma(1.0, size=len(chains) + 1)
+    starts = p.session_window * np.cumsum(g[:-1]) / g.sum()
+    heads = []
+    for (_, _, head), s in zip(chains, starts):
+        head.arrival = float(s)
+        heads.append(head)
+    return heads, True
+
+
+def _p25bad(x: np.ndarray, frac: float = 0.25) -> float:
+    """Mean of the worst ``frac`` of the samples (the seed's "P25 bad avg")."""
+    if x.size == 0:
+        return float("nan")
+    k = max(1, math.ceil(x.size * frac))
+    return float(np.mean(np.sort(x)[-k:]))
+
+
+def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimParams,
+                *, progress: Any = None) -> KVSimResult:
+    """Replay ``requests`` through one system; deterministic in ``params``."""
+    spec, model = validate(params)
+    wall0 = time.perf_counter()
+    reqs = requests if isinstance(requests, list) and (not requests or isinstance(
+        requests[0], _Req)) else prepare(requests, model.block_tokens)  # type: ignore[arg-type]
+    for r in reqs:  # a prepared list may be replayed more than once
+        r.next, r.plan, r.gap = None, None, 0.0
+    ip = _index_params(params, spec, model)
+    index = KVIndex(ip)
+    bw = Bandwidths(params.gpu_gbps * GB, params.disk_gbps * GB, params.dram_gbps * GB)
+    est = replace(bw, disk=params.est_disk_gbps * GB) if params.est_disk_gbps else None
+    coord = TransferCoordinator(TransferMode(params.transfer) if params.transfer else spec.transfer,
+                                bw, est)
+    ns = (model.name, None)
+    cb = model.block_tokens
+    ck_every = index.ck_every
+    tps = params.prefill_tps
+    n_slots = params.in_flight
+
+    heads, session_mode = _schedule_arrivals(reqs, params)
+    heap: list[tuple[float, int, int, _Req]] = []
+    seq = 0
+    for h in heads:
+        heap.append((h.arrival, seq, 0, h))
+        seq += 1
+    heapq.heapify(heap)
+
+    shadow: dict[tuple[int, Hashable], int] = {}
+    waiting: deque[_Req] = deque()
+    in_flight = 0
+    gpu_free = 0.0
+    ttft: list[float] = []
+    transfer: list[float] = []
+    hits: list[int] = []
+    achv: list[int] = []
+    block_events = 0
+    dram_hit_blocks = ssd_hit_blocks = 0
+    hit_requests = all_dram_requests = 0
+    read_copies = 0
+    ssd_read_marked: set[Any] = set()
+    t_first = min((h.arrival for h in heads), default=0.0)
+    t_last = t_first
+
+    def start(r: _Req, t: float) -> None:
+        nonlocal in_flight, block_events, dram_hit_blocks, ssd_hit_blocks, hit_requests
+        nonlocal all_dram_requests, read_copies
+        in_flight += 1
+        r.t_start = t
+        keys = r.keys
+        block_events += len(keys)
+        plan = index.lookup(ns, keys, t)
+        # unlimited-capacity reference: leading blocks any earlier finished request stored
+        sid = 0
+        a = 0
+        for k in keys:
+            nxt = shadow.get((sid, k))
+            if nxt is None:
+                break
+            sid = nxt
+            a += 1
+        if ck_every:
+            a -= a % ck_every
+        r.achievable = a
+        index.begin(plan, t)
+        r.plan = plan
+        if plan.nodes:
+            hit_requests += 1
+            dram_hit_blocks += plan.dram_blocks + plan.hbm_blocks
+            ssd_hit_blocks += plan.ssd_blocks
+            if plan.ssd_blocks == 0:
+                all_dram_requests += 1
+            if plan.ssd_blocks:
+                for n, s in zip(plan.nodes, plan.sources):
+                    if s is Tier.SSD and n not in ssd_read_marked:
+                        ssd_read_marked.add(n)
+                        read_copies += 1
+        if plan.dram_bytes + plan.ssd_bytes > 0:
+            coord.submit(r, plan.dram_bytes, plan.ssd_bytes, t)
+        else:
+            transfer_done(r, t)
+
+    def transfer_done(r: _Req, t: float) -> None:
+        nonlocal gpu_free, seq
+        r.transfer = t - r.t_start
+        plan = r.plan
+        assert plan is not None
+        uncached = max(0, r.input_length - plan.hit_tokens)
+        s = max(t, gpu_free)
+        end = s + uncached / tps
+        gpu_free = end
+        heapq.heappush(heap, (end, seq, 1, r))
+        seq += 1
+
+    def finish(r: _Req, t: float) -> None:
+        nonlocal in_flight, seq, t_last, read_copies
+        plan = r.plan
+        assert plan is not None
+        keys = r.keys
+        n = len(keys)
+        tokens = [cb] * n
+        if n:
+            tokens[-1] = r.last_tokens
+        moves = index.finish(plan, keys, t, tokens=tokens,
+                             attrs=RequestAttrs(r.session, r.turn, r.types))
+        for w in moves.ssd_writes:
+            ssd_read_marked.discard(w)
+        sid = 0
+        for k in keys:
+            key = (sid, k)
+            nxt = shadow.get(key)
+            if nxt is None:
+                nxt = shadow[key] = len(shadow) + 1
+            sid = nxt
+        ttft.append(t - r.arrival)
+        transfer.append(r.transfer)
+        hits.append(plan.hit_blocks)
+        achv.append(r.achievable)
+        r.plan = None
+        t_last = max(t_last, t)
+        in_flight -= 1
+        if waiting:
+            start(waiting.popleft(), t)
+        if r.next is not None and session_mode:
+            nx = r.next
+            nx.arrival = t + nx.gap
+            heapq.heappush(heap, (nx.arrival, seq, 0, nx))
+            seq += 1
+        if progress is not None:
+            progress.advance(1)
+
+    while heap or len(coord):
+        t_heap = heap[0][0] if heap else math.inf
+        t_coord = coord.next_event() if len(coord) else math.inf
+        if t_coord <= t_heap:
+            for job in coord.advance(t_coord):
+                transfer_done(job, coord.now)  # type: ignore[arg-type]
+            continue
+        t, _, kind, r = heapq.heappop(heap)
+        if kind == 0:
+            if in_flight < n_slots:
+                start(r, t)
+            else:
+                waiting.append(r)
+        else:
+            finish(r, t)
+
+    wall = time.perf_counter() - wall0
+    st = index.stats
+    tt = np.asarray(ttft, dtype=float)
+    tr = np.asarray(transfer, dtype=float)
+    h = np.asarray(hits, dtype=float)
+    a = np.asarray(achv, dtype=float)
+    char = float(h.sum() / a.sum()) if a.sum() > 0 else float("nan")
+    elig = a > 0
+    if elig.any():
+        ratio = h[elig] / a[elig]
+        order = np.argsort(ratio, kind="stable")
+        k = max(1, math.ceil(order.size / 4))
+        worst = order[:k]
+        char_bad = float(h[elig][worst].sum() / a[elig][worst].sum())
+    else:
+        char_bad = float("nan")
+    ssd_cap = ip.ssd_bytes
+    duration = max(0.0, t_last - t_first)
+    if ssd_cap > 0 and st.ssd_write_bytes > 0 and duration > 0:
+        lifetime = 1825.0 * ssd_cap * (duration / 86400.0) / st.ssd_write_bytes
+    else:
+        lifetime = None
+    hit_total = dram_hit_blocks + ssd_hit_blocks
+    metrics: dict[str, Any] = {
+        "system": spec.name,
+        "requests": int(tt.size),
+        "ttft_mean_s": float(tt.mean()) if tt.size else float("nan"),
+        "ttft_p90_s": float(np.percentile(tt, 90)) if tt.size else float("nan"),
+        "ttft_p25bad_s": _p25bad(tt),
+        "char": char,
+        "char_p25bad": char_bad,
+        "ssd_write_bytes": int(st.ssd_write_bytes),
+        "ssd_read_bytes": int(st.ssd_read_bytes),
+        "ssd_writes_norm": st.ssd_write_bytes / ssd_cap if ssd_cap else 0.0,
+        "ssd_reads_norm": st.ssd_read_bytes / ssd_cap if ssd_cap else 0.0,
+        "dram_evictions": int(st.dram_evictions),
+        "transfer_mean_s": float(tr.mean()) if tr.size else float("nan"),
+        "transfer_p25bad_s": _p25bad(tr),
+        "ssd_lifetime_days": lifetime,
+        "transfer_p10bad_s": _p25bad(tr, 0.10),
+        "transfer_p5bad_s": _p25bad(tr, 0.05),
+        # extras (stable additions)
+        "model": model.name,
+        "admission": ip.admission.label if spec.ssd else "none",
+        "promotion": ip.promotion.mode.value if spec.dram else "none",
+        "promotion_r": ip.promotion.r,
+        "lookup": ip.lookup.value,
+        "transfer_mode": coord.mode.value,
+        "replay": "sessions" if session_mode else "timestamps",
+        "dram_tokens": params.dram_tokens if spec.dram else 0,
+        "ssd_tokens": params.ssd_tokens if spec.ssd else 0,
+        "duration_s": duration,
+        "ssd_writes_per_day_norm": (st.ssd_write_bytes / ssd_cap / (duration / 86400.0)
+                                    if ssd_cap and duration > 0 else 0.0),
+        "ssd_write_blocks": int(st.ssd_writes),
+        "ssd_prewrites": int(st.prewrites),
+        "ssd_read_blocks": int(st.ssd_reads),
+        "ssd_writes_never_read_frac": (1.0 - read_copies / st.ssd_writes) if st.ssd_writes else None,
+        "ssd_reads_per_write": st.ssd_reads / st.ssd_writes if st.ssd_writes else None,
+        "dram_read_bytes": int(st.dram_read_bytes),
+        "dram_hit_share": dram_hit_blocks / hit_total if hit_total else None,
+        "all_dram_hit_request_share": all_dram_requests / hit_requests if hit_requests else None,
+        "promotions": int(st.promotions),
+        "promotions_blocked": int(st.promotions_blocked),
+        "hit_blocks": int(h.sum()),
+        "achievable_blocks": int(a.sum()),
+        "metadata_nodes": len(index.tree),
+        "block_events": block_events,
+        "wall_seconds": wall,
+        "block_events_per_second": block_events / wall if wall > 0 else None,
+    }
+    return KVSimResult(metrics, tt, tr)
