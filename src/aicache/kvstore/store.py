@@ -1,0 +1,687 @@
+"""``TieredKVStore``: real bytes in a DRAM slot pool and SSD slab files, driven by SARIA.
+
+The store owns no policy. Every decision — which prefix is reusable and from which tier,
+E/R admission and prewrite, DRAM eviction order, SSD capacity eviction, lazy partial
+promotion, DRAM pacing while SSD reads run — comes from the *same* objects the simulator
+drives (:class:`aicache.kv.saria.KVIndex`, ``b_pace``, ``TransferMode``). The index
+returns :class:`~aicache.kv.saria.Moves`; the store reconciles physical copies with the
+index's locations (``node.kv_loc``) and moves the bytes. Hence ``aicache sim kv`` and this
+store agree block for block on the same call sequence (``tests/test_kvstore_vs_sim.py``).
+
+Request protocol (the shape of vLLM's KV connector / LMCache's engine)::
+
+    plan = store.lookup(ns, block_hashes)          # ReloadPlan, path pinned, R_b counted
+    res = store.load(plan, buffers)                # bytes → caller buffers, timed
+    ... prefill the uncached suffix (blocks plan.hit_blocks..) ...
+    store.finish_request(plan, block_hashes, payloads, RequestAttrs(session, turn, types))
+    # or store.store(ns, hashes, payloads, attrs): a plain save (KVIndex.store)
+
+``now`` is optional everywhere: the wall clock (seconds since the store opened) by
+default, or a logical clock injected by a replay. One owner thread calls the store;
+SSD I/O runs in :class:`~aicache.kvstore.ssd.SlabStore`'s thread pool.
+
+Accounting. A fixed-slot pool spends a whole slot on a partial last block, so the store
+drives a :class:`SlotKVIndex` that charges every block a full slot (``KVIndex.size`` is
+the only override). On block-aligned prompts this is exactly the simulator's accounting;
+otherwise the store is conservative. DRAM and SSD budgets are byte budgets: slots are
+``budget // slot size`` and the slab files never exceed the SSD budget.
+
+Restart. Opening a directory rebuilds the index from the slab headers: every recovered
+chain that reaches a root is re-inserted with its SSD copy and its E/R counters; blocks
+whose prefix was only in DRAM when the process died can never be looked up and are freed.
+Recovery assumes prefix-chained block hashes (as vLLM/SGLang/LMCache compute them).
+
+Not held here: the HBM tier (the serving engine owns GPU pages) and hybrid models'
+recurrent checkpoints (simulated only; a hybrid model is refused with ``BadInput``).
+
+Thin adapters this shape allows (none shipped: none can be run here).
+* vLLM ``OffloadingManager`` (scheduler side): ``lookup`` → ``store.lookup(..,
+  begin=False).hit_blocks``; ``prepare_load`` → ``store.lookup(..)`` (pins the prefix;
+  the plan is the load spec) and the worker's transfer → ``load`` into the KV pages (CUDA
+  tensors); ``touch`` → counted by ``lookup``; ``complete_load`` → ``finish_request``;
+  ``prepare_store``/``complete_store`` → ``store`` with page views as payloads, the
+  evicted hashes/events from the returned :class:`Moves` (``dram_drops``/``ssd_drops``).
+* SGLang ``HiCacheStorage``: ``exists``/``batch_exists`` → ``lookup(begin=False)``;
+  ``batch_get`` → ``load``; ``batch_set`` → ``store``.
+* LMCache storage backend: ``contains`` → ``lookup(begin=False)``; ``get_blocking`` /
+  ``batch_get_non_blocking`` → ``load``; ``submit_put_task`` → ``store``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aicache.errors import BadInput
+from aicache.kv.radix import KVObject, RadixNode, Tier
+from aicache.kv.saria import (
+    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs,
+    TransferMode, b_pace,
+)
+from aicache.kvstore.dram import DramPool
+from aicache.kvstore.ssd import (
+    BlockMeta, CorruptBlock, DiskFull, SlabStore, encode_key, encode_namespace, lifetime_days,
+)
+
+_DRAM, _SSD = int(Tier.DRAM), int(Tier.SSD)
+_KV = KVObject.KV
+
+
+class SlotKVIndex(KVIndex):
+    """The SARIA index with slot accounting: every block costs one whole slot."""
+
+    def size(self, node: RadixNode) -> int:
+        return self.p.model.block_bytes
+
+
+@dataclass(frozen=True)
+class TieredKVStoreParams:
+    """A store. ``index.dram_bytes`` / ``index.ssd_bytes`` are the DRAM and on-disk byte
+    budgets (0 disables a tier); the rest of ``index`` configures SARIA's policies.
+    ``bandwidths`` are the coordinator's estimates (B_GPU, B_disk, B_DRAM) for pacing."""
+
+    index: KVIndexParams
+    directory: str | Path | None = None
+    transfer: TransferMode = TransferMode.COORDINATED
+    bandwidths: Bandwidths = field(default_factory=Bandwidths)
+    io_threads: int = 4
+    direct: bool | str = False
+    pinned: bool | str = "auto"
+    slab_bytes: int = 1 << 30
+    verify_on_recovery: bool = True
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """What a :meth:`TieredKVStore.load` moved. ``valid_blocks`` < ``plan.hit_blocks``
+    when an SSD block failed its checksum: the caller recomputes from that block on."""
+
+    valid_blocks: int
+    dram_bytes: int = 0
+    ssd_bytes: int = 0
+    seconds: float = 0.0
+    dram_seconds: float = 0.0
+    ssd_seconds: float = 0.0
+    paced_sleep_s: float = 0.0
+
+    @property
+    def dram_gbps(self) -> float:
+        return self.dram_bytes / self.dram_seconds / GB if self.dram_seconds > 0 else 0.0
+
+    @property
+    def ssd_gbps(self) -> float:
+        return self.ssd_bytes / self.ssd_seconds / GB if self.ssd_seconds > 0 else 0.0
+
+
+@dataclass(slots=True)
+class StoreCounters:
+    lookups: int = 0
+    lookup_blocks: int = 0
+    hit_blocks_dram: int = 0
+    hit_blocks_ssd: int = 0
+    loads: int = 0
+    load_failures: int = 0
+    stores: int = 0
+    stored_blocks: int = 0
+    admissions_stopped: bool = False
+    ssd_writes_elided: int = 0
+    ssd_bytes_elided: int = 0
+
+
+def _as_u8(buf: Any, writable: bool) -> np.ndarray:
+    """A flat uint8 numpy view of bytes / bytearray / memoryview / numpy / CPU torch."""
+    if isinstance(buf, np.ndarray):
+        a = buf
+    elif hasattr(buf, "numpy") and hasattr(buf, "is_cuda"):
+        if buf.is_cuda:
+            raise TypeError("CUDA tensor")
+        a = buf.detach().numpy()
+    else:
+        a = np.frombuffer(buf, dtype=np.uint8)
+    if not a.flags.c_contiguous:
+        raise BadInput("KV buffers must be contiguous")
+    a = a.reshape(-1).view(np.uint8)
+    if writable and not a.flags.writeable:
+        raise BadInput("load buffers must be writable (bytearray, numpy array or tensor)")
+    return a
+
+
+def _is_cuda(buf: Any) -> bool:
+    return bool(getattr(buf, "is_cuda", False))
+
+
+class TieredKVStore:
+    """DRAM slot pool + SSD slab files under one :class:`SlotKVIndex`.
+
+    Invariants (checked by :meth:`check`): a node has a DRAM slot iff the index says it is
+    in DRAM, an SSD slot iff the index says SSD; slots in use never exceed the pools;
+    the slab files never exceed the SSD budget. Only dense models (no recurrent
+    checkpoints) are supported.
+    """
+
+    def __init__(self, params: TieredKVStoreParams) -> None:
+        ip = params.index
+        model = ip.model
+        if model.hybrid:
+            raise BadInput(f"model {model.name}: the real store keeps dense KV only; "
+                           f"use a dense model (hybrid checkpoints are simulated only)")
+        self.params = params
+        self.model = model
+        self.block_bytes = model.block_bytes
+        self.kv_bpt = model.kv_bytes_per_token
+        n_dram = DramPool.slots_for(ip.dram_bytes, self.block_bytes)
+        if ip.dram_bytes > 0 and n_dram == 0:
+            raise BadInput(f"DRAM budget {ip.dram_bytes} B is smaller than one "
+                           f"{self.block_bytes}-byte block; raise it or set 0 to disable DRAM")
+        self.ssd: SlabStore | None = None
+        n_ssd = 0
+        if ip.ssd_bytes > 0:
+            if params.directory is None:
+                raise BadInput("an SSD budget needs a directory for the slab files")
+            self.ssd = SlabStore(params.directory, self.block_bytes, ip.ssd_bytes,
+                                 slab_bytes=params.slab_bytes, io_threads=params.io_threads,
+                                 direct=params.direct,
+                                 verify_on_recovery=params.verify_on_recovery)
+            n_ssd = self.ssd.n_slots
+            if n_ssd == 0:
+                self.ssd.close()
+                raise BadInput(f"SSD budget {ip.ssd_bytes} B is smaller than one slot of "
+                               f"{self.ssd.slot_disk_bytes} B; raise it or set 0 to disable SSD")
+        self.dram = DramPool(self.block_bytes, n_dram, pinned=params.pinned)
+        self.index = SlotKVIndex(replace(ip, dram_bytes=n_dram * self.block_bytes,
+                                         ssd_bytes=n_ssd * self.block_bytes))
+        self.transfer = TransferMode(params.transfer)
+        self.bw = params.bandwidths
+        self.counters = StoreCounters()
+        self._dslot: dict[RadixNode, int] = {}
+        self._sslot: dict[RadixNode, int] = {}
+        self._fence: dict[int, Future[Any]] = {}
+        self._writes: list[tuple[RadixNode, int, Future[Any]]] = []
+        self._open: dict[int, ReloadPlan] = {}
+        self._root_ns: dict[int, str] = {}
+        self._t0 = time.monotonic()
+        self.recovered_blocks = self.orphans_dropped = 0
+        if self.ssd is not None:
+            self._recover()
+
+    # ------------------------------------------------------------------ clock & ns
+    def now(self) -> float:
+        """Wall-clock seconds since the store opened (the default logical time)."""
+        return time.monotonic() - self._t0
+
+    def _t(self, now: float | None) -> float:
+        return self.now() if now is None else float(now)
+
+    def _ns_of(self, node: RadixNode) -> str:
+        n = node
+        while n.parent is not None:
+            n = n.parent
+        ns = self._root_ns.get(id(n))
+        if ns is None:
+            for name in self.index.tree.namespaces():
+                r = self.index.tree.root(name)
+                if r is not None:
+                    self._root_ns[id(r)] = name  # type: ignore[assignment]
+            ns = self._root_ns[id(n)]
+        return ns
+
+    # ------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Rebuild the radix index from the slab headers: every chain of recovered blocks
+        that reaches a root is re-inserted with its SSD copy; orphans (their prefix was
+        only in DRAM when the process died) cannot be looked up and are freed."""
+        assert self.ssd is not None
+        recs = self.ssd.recovered
+        by_ns: dict[str, dict[Hashable, Any]] = {}
+        for rb in recs:
+            by_ns.setdefault(rb.meta.namespace, {})[rb.meta.key] = rb
+        idx, tree = self.index, self.index.tree
+        adopted: list[tuple[int, RadixNode]] = []
+        kept: set[int] = set()
+        for ns, table in by_ns.items():
+            parents = {rb.meta.parent for rb in table.values()}
+            for key, rb in table.items():
+                if key in parents:
+                    continue  # an inner block: its path is inserted with a leaf
+                chain = [rb]
+                seen = {key}
+                while chain[-1].meta.parent is not None:
+                    p = table.get(chain[-1].meta.parent)
+                    if p is None or p.meta.key in seen:
+                        chain = []
+                        break
+                    seen.add(p.meta.key)
+                    chain.append(p)
+                if not chain:
+                    continue
+                chain.reverse()
+                nodes = tree.insert(ns, [c.meta.key for c in chain], 0.0,
+                                    [c.meta.tokens for c in chain])
+                for c, node in zip(chain, nodes):
+                    if node in self._sslot:
+                        continue
+                    if idx.ssd_used + idx.size(node) > idx.ssd_capacity:
+                        break
+                    idx.ssd_used += idx.size(node)
+                    tree.set_location(node, _KV, Tier.SSD, True)
+                    node.E, node.R = max(node.E, c.meta.E), max(node.R, c.meta.R)
+                    self._sslot[node] = c.slot
+                    kept.add(c.slot)
+                    adopted.append((c.seq, node))
+        adopted.sort(key=lambda x: x[0])
+        idx.ssd_lru.clear()
+        for _, node in adopted:
+            idx.ssd_lru[node] = None
+        orphans = [rb.slot for rb in recs if rb.slot not in kept]
+        for slot in orphans:
+            self.ssd.free(slot)
+        self.recovered_blocks = len(kept)
+        self.orphans_dropped = len(orphans)
+
+    # ------------------------------------------------------------------ read path
+    def lookup(self, namespace: str, block_hashes: Sequence[Hashable], now: float | None = None,
+               *, begin: bool = True) -> ReloadPlan:
+        """The reload plan for a prompt (a source per block of the longest reusable prefix,
+        DRAM and SSD interleaving). With ``begin`` (default) the request starts: the path
+        is pinned until :meth:`finish_request`, R_b counted, prewrites issued."""
+        encode_namespace(namespace)
+        self._poll_writes()
+        t = self._t(now)
+        plan = self.index.lookup(namespace, block_hashes, t)
+        c = self.counters
+        c.lookups += 1
+        c.lookup_blocks += len(block_hashes)
+        if begin:
+            c.hit_blocks_dram += plan.dram_blocks
+            c.hit_blocks_ssd += plan.ssd_blocks
+            moves = self.index.begin(plan, t)
+            self._open[id(plan)] = plan
+            self._apply(moves, {})
+        return plan
+
+    def load(self, plan: ReloadPlan, buffers: Sequence[Any]) -> LoadResult:
+        """Copy the plan's blocks into ``buffers`` (one per block, in order; bytearray,
+        numpy, torch CPU or CUDA tensors), timed. SSD reads run in the I/O pool; DRAM
+        copies run here, paced to ``B_pace`` while SSD reads are runnable in
+        ``coordinated`` mode, after them in ``serial`` mode, unpaced in ``overlap``."""
+        if id(plan) not in self._open:
+            raise BadInput("load needs a plan from lookup(begin=True): only a begun plan is "
+                           "pinned against eviction")
+        if len(buffers) < plan.hit_blocks:
+            raise BadInput(f"load got {len(buffers)} buffers for {plan.hit_blocks} blocks")
+        kv = self.kv_bpt
+        dram_jobs: list[tuple[int, int, Any]] = []
+        ssd_jobs: list[tuple[int, RadixNode, Any]] = []
+        for i, (n, src) in enumerate(zip(plan.nodes, plan.sources)):
+            if src is Tier.DRAM:
+                dram_jobs.append((i, self._dslot[n], buffers[i]))
+            elif src is Tier.SSD:
+                ssd_jobs.append((i, n, buffers[i]))
+            else:
+                raise RuntimeError(f"block {i}: source {src!r} is not held by this store")
+        res = LoadResult(plan.hit_blocks)
+        t0 = time.perf_counter()
+        futs: list[tuple[int, RadixNode, Future[Any], Any]] = []
+
+        def submit_ssd() -> float:
+            ts = time.perf_counter()
+            if not ssd_jobs:
+                return ts
+            assert self.ssd is not None
+            for i, n, buf in ssd_jobs:
+                length = n.tokens * kv
+                if _is_cuda(buf):
+                    stage: Any = np.empty(length, dtype=np.uint8)
+                else:
+                    stage = _as_u8(buf, True)
+                    if stage.shape[0] < length:
+                        raise BadInput(f"buffer {i} holds {stage.shape[0]} B, block needs {length}")
+                futs.append((i, n, self.ssd.read_async(self._sslot[n], length, stage), (buf, stage)))
+                res.ssd_bytes += length
+            return ts
+
+        def run_dram(paced: bool) -> None:
+            ts = time.perf_counter()
+            done = 0
+            rate = b_pace(self.bw)
+            for i, slot, buf in dram_jobs:
+                n = plan.nodes[i]
+                length = n.tokens * kv
+                src = self.dram.view(slot, length)
+                if _is_cuda(buf):
+                    import torch  # noqa: PLC0415
+                    buf.view(torch.uint8).reshape(-1)[:length].copy_(
+                        torch.from_numpy(src), non_blocking=self.dram.pinned)
+                else:
+                    dst = _as_u8(buf, True)
+                    if dst.shape[0] < length:
+                        raise BadInput(f"buffer {i} holds {dst.shape[0]} B, block needs {length}")
+                    np.copyto(dst[:length], src)
+                done += length
+                if paced and rate > 0 and any(not f.done() for _, _, f, _ in futs):
+                    lag = ts + done / rate - time.perf_counter()
+                    if lag > 0:
+                        time.sleep(lag)
+                        res.paced_sleep_s += lag
+            res.dram_bytes = done
+            res.dram_seconds = time.perf_counter() - ts
+
+        mode = self.transfer
+        if mode is TransferMode.SERIAL:
+            run_dram(False)
+            ts = submit_ssd()
+        else:
+            ts = submit_ssd()
+            run_dram(mode is TransferMode.COORDINATED)
+        bad = plan.hit_blocks
+        for i, n, fut, (buf, stage) in futs:
+            try:
+                fut.result()
+            except CorruptBlock:
+                bad = min(bad, i)
+                self._forget_ssd(n)
+                continue
+            if _is_cuda(buf):
+                import torch  # noqa: PLC0415
+                buf.view(torch.uint8).reshape(-1)[: stage.shape[0]].copy_(torch.from_numpy(stage))
+        if any(_is_cuda(b) for b in buffers[: plan.hit_blocks]):
+            import torch  # noqa: PLC0415
+            torch.cuda.synchronize()  # the copies are done (and timed) when load returns
+        end = time.perf_counter()
+        if futs:
+            res.ssd_seconds = end - ts
+        res.seconds = end - t0
+        res.valid_blocks = bad
+        c = self.counters
+        c.loads += 1
+        if bad < plan.hit_blocks:
+            c.load_failures += 1
+        return res
+
+    # ------------------------------------------------------------------ write path
+    def finish_request(self, plan: ReloadPlan, block_hashes: Sequence[Hashable],
+                       payloads: Sequence[Any | None], metadata: RequestAttrs | None = None,
+                       now: float | None = None) -> Moves:
+        """Prefill is done: store the request's blocks (``payloads[i]`` = block i's KV
+        bytes; may be None for blocks that came from the plan), apply SARIA's admission
+        and promotion, and move the bytes. Returns the index's :class:`Moves`."""
+        if id(plan) not in self._open:
+            raise BadInput("finish_request needs a plan from lookup(begin=True) not yet finished")
+        keys = list(block_hashes)
+        hit = plan.hit_blocks
+        if [n.key for n in plan.nodes] != keys[:hit]:
+            raise BadInput("block_hashes do not extend the plan's prefix")
+        tokens, views = self._payload_views(keys, payloads, plan.nodes)
+        t = self._t(now)
+        del self._open[id(plan)]
+        self._poll_writes()
+        moves = self.index.finish(plan, keys, t, tokens=tokens, attrs=metadata)
+        self._after_store(plan.namespace, keys, views, moves, len(keys) - hit)
+        return moves
+
+    def store(self, namespace: str, block_hashes: Sequence[Hashable],
+              payloads: Sequence[Any | None], metadata: RequestAttrs | None = None,
+              now: float | None = None) -> Moves:
+        """Save blocks outside a request (LMCache ``put`` / HiCache ``batch_set``): SARIA's
+        ``KVIndex.store`` — DRAM copy, write-through or prewrite per admission — without
+        counting a reuse. ``payloads[i]`` may be None only for a block already held."""
+        encode_namespace(namespace)
+        keys = list(block_hashes)
+        held = []
+        for n in self.index.tree.match(namespace, keys):
+            if not n.kv_loc & (_DRAM | _SSD):
+                break
+            held.append(n)
+        tokens, views = self._payload_views(keys, payloads, held)
+        t = self._t(now)
+        self._poll_writes()
+        moves = self.index.store(namespace, keys, t, tokens=tokens, attrs=metadata)
+        self.index.tree.reclaim(t)
+        self._after_store(namespace, keys, views, moves, len(keys))
+        return moves
+
+    def _payload_views(self, keys: list[Hashable], payloads: Sequence[Any | None],
+                       held: Sequence[RadixNode]) -> tuple[list[int], list[np.ndarray | None]]:
+        """Token counts and flat uint8 views of the payloads; blocks ``< len(held)`` may
+        omit theirs (their bytes are in the store)."""
+        if len(payloads) != len(keys):
+            raise BadInput(f"{len(payloads)} payloads for {len(keys)} block hashes")
+        kv, bt = self.kv_bpt, self.model.block_tokens
+        tokens: list[int] = []
+        views: list[np.ndarray | None] = []
+        for i, p in enumerate(payloads):
+            v = None if p is None else (_stage_cuda(p) if _is_cuda(p) else _as_u8(p, False))
+            views.append(v)
+            if i < len(held):
+                tokens.append(held[i].tokens)
+                continue
+            if v is None:
+                raise BadInput(f"payload {i} is missing: block {i} is not held by the store")
+            if self.ssd is not None:
+                encode_key(keys[i])  # a hash the slab header cannot hold fails here, not later
+            nb = v.shape[0]
+            if nb == 0 or nb % kv or nb // kv > bt or (nb // kv < bt and i != len(keys) - 1):
+                raise BadInput(f"payload {i} has {nb} B; a block is {bt} tokens × {kv} B "
+                               f"(only the last block may be shorter)")
+            tokens.append(nb // kv)
+        return tokens, views
+
+    def _after_store(self, ns: str, keys: list[Hashable], views: list[np.ndarray | None],
+                     moves: Moves, new_blocks: int) -> None:
+        path = self.index.tree.match(ns, keys)
+        self._apply(moves, {n: v for n, v in zip(path, views) if v is not None})
+        c = self.counters
+        c.stores += 1
+        c.stored_blocks += new_blocks
+
+    def release(self, plan: ReloadPlan) -> None:
+        """Abort a begun request (unpin without storing anything)."""
+        if self._open.pop(id(plan), None) is not None and plan.nodes:
+            self.index.tree.unpin(plan.nodes[-1])
+
+    # ------------------------------------------------------------------ reconciliation
+    def _apply(self, moves: Moves, payload_of: dict[RadixNode, np.ndarray]) -> None:
+        """Make physical copies match the index for every node a call touched."""
+        touched = dict.fromkeys([*moves.ssd_drops, *moves.dram_drops, *moves.ssd_writes,
+                                 *moves.dram_inserts])
+        if not touched:
+            return
+        dslot, sslot = self._dslot, self._sslot
+        if moves.ssd_drops and moves.ssd_writes:
+            # dropped and re-admitted within one call: the index counts a write, but the
+            # block's bytes are still in place on the device — keep them (endurance)
+            dropped = set(moves.ssd_drops)
+            c = self.counters
+            for n in moves.ssd_writes:
+                if n in dropped and n in sslot and n.kv_loc & _SSD:
+                    c.ssd_writes_elided += 1
+                    c.ssd_bytes_elided += n.tokens * self.kv_bpt
+        staged: dict[RadixNode, np.ndarray] = {}
+        for n in touched:  # bytes that only the SSD holds: read before any slot is freed
+            if n.kv_loc & _DRAM and n not in dslot and n not in payload_of:
+                if n in sslot and self.ssd is not None:
+                    buf = np.empty(n.tokens * self.kv_bpt, dtype=np.uint8)
+                    try:
+                        self.ssd.read(sslot[n], buf.shape[0], buf)
+                        staged[n] = buf
+                    except CorruptBlock:
+                        self._forget_dram(n)
+                        self._forget_ssd(n)
+                else:  # e.g. a promotion of a block whose SSD copy failed its checksum
+                    self._forget_dram(n)
+        for n in touched:
+            if n in sslot and not n.kv_loc & _SSD:
+                assert self.ssd is not None
+                self.ssd.free(sslot.pop(n))
+        later: list[RadixNode] = []
+        for n in touched:
+            if n.kv_loc & _SSD and n not in sslot:
+                if n in dslot:
+                    self._ssd_write(n, dslot[n])
+                else:
+                    later.append(n)
+        for n in touched:
+            if n in dslot and not n.kv_loc & _DRAM:
+                slot = dslot.pop(n)
+                self.dram.release(slot, after=self._fence.pop(slot, None))
+        for n in touched:
+            if n.kv_loc & _DRAM and n not in dslot:
+                src = payload_of.get(n)
+                if src is None:
+                    src = staged[n]
+                slot = self.dram.alloc()
+                self._fence.pop(slot, None)
+                self.dram.write(slot, src[: n.tokens * self.kv_bpt])
+                dslot[n] = slot
+        for n in later:
+            if n.kv_loc & _SSD and n not in sslot:
+                if n in dslot:
+                    self._ssd_write(n, dslot[n])
+                else:
+                    src = payload_of.get(n)
+                    if src is None:
+                        src = staged[n]
+                    self._ssd_write(n, None, np.array(src[: n.tokens * self.kv_bpt]))
+
+    def _ssd_write(self, n: RadixNode, dram_slot: int | None, data: np.ndarray | None = None) -> None:
+        ssd = self.ssd
+        if ssd is None or self.counters.admissions_stopped:
+            self._forget_ssd(n)
+            return
+        length = n.tokens * self.kv_bpt
+        src = self.dram.view(dram_slot, length) if dram_slot is not None else data
+        assert src is not None
+        parent = n.parent
+        meta = BlockMeta(self._ns_of(n), n.key,
+                         parent.key if parent is not None and parent.parent is not None else None,
+                         n.tokens, length, n.E, n.R)
+        slot = ssd.alloc()
+        fut = ssd.write_async(slot, meta, src)
+        self._sslot[n] = slot
+        if dram_slot is not None:
+            self._fence[dram_slot] = fut
+        self._writes.append((n, slot, fut))
+
+    def _poll_writes(self, wait: bool = False) -> None:
+        """Collect finished SSD writes; a full disk stops admissions (with a warning)."""
+        keep: list[tuple[RadixNode, int, Future[Any]]] = []
+        for n, slot, fut in self._writes:
+            if not wait and not fut.done():
+                keep.append((n, slot, fut))
+                continue
+            err = fut.exception()
+            if err is None:
+                continue
+            if isinstance(err, DiskFull):
+                self._stop_admissions(str(err))
+            else:
+                warnings.warn(f"SSD write failed ({err}); block dropped from the SSD tier",
+                              RuntimeWarning, stacklevel=3)
+            if self._sslot.get(n) == slot:
+                self._forget_ssd(n)
+        self._writes = keep
+
+    def _stop_admissions(self, why: str) -> None:
+        if not self.counters.admissions_stopped:
+            self.counters.admissions_stopped = True
+            self.index.rule = AdmissionRule(None, None, False)
+            warnings.warn(f"SSD tier is full ({why}): SSD admissions stopped; lookups and "
+                          f"loads of stored blocks keep working", RuntimeWarning, stacklevel=4)
+
+    def _forget_ssd(self, n: RadixNode) -> None:
+        """Drop a copy the SSD could not keep (failed write, corrupt block)."""
+        idx = self.index
+        if n in idx.ssd_lru:
+            idx.drop_ssd(n, Moves())
+        slot = self._sslot.pop(n, None)
+        if slot is not None and self.ssd is not None:
+            self.ssd.free(slot)
+
+    def _forget_dram(self, n: RadixNode) -> None:
+        idx = self.index
+        if n.kv_loc & _DRAM:
+            idx.policy.on_remove(n)
+            idx.tree.set_location(n, _KV, Tier.DRAM, False)
+            idx.dram_used -= idx.size(n)
+
+    # ------------------------------------------------------------------ lifecycle
+    def flush(self) -> None:
+        """Wait for every SSD write and fsync the slab files."""
+        if self.ssd is not None:
+            self.ssd.flush()
+        self._poll_writes(wait=True)
+        self.dram.drain()
+        self._fence.clear()
+
+    def close(self) -> None:
+        if self.ssd is not None:
+            self.ssd.drain()
+            self._poll_writes(wait=True)
+            self.ssd.close()
+
+    def __enter__(self) -> TieredKVStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self) -> None:
+        """Assert the invariants (tests call this after every step)."""
+        idx = self.index
+        for n in self._dslot:
+            assert n.kv_loc & _DRAM, f"{n!r} has a DRAM slot the index does not know"
+        for n in self._sslot:
+            assert n.kv_loc & _SSD, f"{n!r} has an SSD slot the index does not know"
+        assert len(self._dslot) == idx.dram_used // self.block_bytes
+        assert len(self._sslot) == idx.ssd_used // self.block_bytes == len(idx.ssd_lru)
+        assert self.dram.used == len(self._dslot) <= self.dram.n_slots
+        if self.ssd is not None:
+            assert self.ssd.used_slots == len(self._sslot)
+            assert self.ssd.files_size() <= self.ssd.budget_bytes
+
+    def stats(self) -> dict[str, Any]:
+        """Counters as a JSON-able dict (hits per tier, SSD writes, lifetime)."""
+        c, st = self.counters, self.index.stats
+        out: dict[str, Any] = {
+            "lookups": c.lookups, "lookup_blocks": c.lookup_blocks,
+            "hit_blocks_dram": c.hit_blocks_dram, "hit_blocks_ssd": c.hit_blocks_ssd,
+            "loads": c.loads, "load_failures": c.load_failures, "stores": c.stores,
+            "stored_blocks": c.stored_blocks, "dram_slots": self.dram.n_slots,
+            "dram_slots_used": len(self._dslot), "dram_evictions": st.dram_evictions,
+            "promotions": st.promotions, "prewrites": st.prewrites,
+            "admissions_stopped": c.admissions_stopped,
+            "ssd_writes_elided": c.ssd_writes_elided, "ssd_bytes_elided": c.ssd_bytes_elided,
+        }
+        if self.ssd is not None:
+            s = self.ssd.stats
+            elapsed = time.monotonic() - s.started
+            out.update({
+                "ssd_slots": self.ssd.n_slots, "ssd_slots_used": len(self._sslot),
+                "ssd_blocks_written": s.blocks_written,
+                "ssd_payload_bytes_written": s.payload_bytes_written,
+                "ssd_bytes_written": s.bytes_written, "ssd_blocks_read": s.blocks_read,
+                "ssd_payload_bytes_read": s.payload_bytes_read,
+                "ssd_checksum_failures": s.checksum_failures,
+                "ssd_budget_bytes": self.ssd.budget_bytes,
+                "ssd_files_bytes": self.ssd.files_size(),
+                "ssd_lifetime_days_1dwpd": lifetime_days(s.bytes_written, elapsed,
+                                                         self.ssd.budget_bytes),
+                "recovered_blocks": self.recovered_blocks,
+                "o_direct": self.ssd.direct,
+            })
+        return out
+
+
+def _stage_cuda(t: Any) -> np.ndarray:
+    """A host copy of a CUDA payload (SSD writes and DRAM inserts read host memory)."""
+    return t.detach().reshape(-1).view(__import__("torch").uint8).cpu().numpy()
+
+
+__all__ = ["LoadResult", "SlotKVIndex", "TieredKVStore", "TieredKVStoreParams", "encode_key"]
