@@ -31,6 +31,12 @@ EVICTION.register("belady", f"{_E}.belady:Belady", "offline optimum from next-ac
 EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no eviction: refuse inserts when full")
 
 PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
+PREFETCH.register("stride", "aicache.policies.prefetch.stride:StridePrefetcher", "stride detection, adaptive depth")
+PREFETCH.register("stride-fixed", "aicache.policies.prefetch.stride:FixedStridePrefetcher", "stride detection, fixed depth")
+PREFETCH.register("readahead", "aicache.policies.prefetch.stride:ReadaheadPrefetcher", "JuiceFS sequential readahead")
+PREFETCH.register("neighborhood", "aicache.policies.prefetch.neighborhood:NeighborhoodPrefetcher", "on a miss, nearby blocks")
+PREFETCH.register("sfp", "aicache.policies.prefetch.sfp:SFPPrefetcher", "SFP file-successor Markov")
+PREFETCH.register("sfp-128", "aicache.policies.prefetch.sfp:SFP128Prefetcher", "SFP, window <= 128 blocks")
 ADMISSION.register("always", "aicache.policies.base:AlwaysAdmit", "admit every object")
 
 

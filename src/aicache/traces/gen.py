@@ -20,4 +20,14 @@ SESSIONS.register("arena", "aicache.traces.gen_chat:generate_arena", "single-tur
 SESSIONS.register("tool", "aicache.traces.gen_chat:generate_tool", "agentic tool-use sessions")
 SESSIONS.register("mix", "aicache.traces.gen_chat:generate_mix", "chat-heavy to tool-heavy shifting mix")
 
-#: Workflow generators (W1..W3, T1..T6) are registered by aicache.traces.workflows.
+#: name -> callable(scale: float, seed: int) -> aicache.traces.workflows.WorkflowTrace
+WORKFLOWS: Registry[Callable[..., object]] = Registry("workflow workload")
+WORKFLOWS.register("W1", "aicache.traces.workflows:generate_w1", "ResNet-50: sequential -> random -> skewed")
+WORKFLOWS.register("W2", "aicache.traces.workflows:generate_w2", "Minimal-FNO: sequential -> random -> skewed")
+WORKFLOWS.register("W3", "aicache.traces.workflows:generate_w3", "SD 1.5 LoRA: random -> sequential")
+WORKFLOWS.register("T1", "aicache.traces.workflows:generate_t1", "tokenization: sequential")
+WORKFLOWS.register("T2", "aicache.traces.workflows:generate_t2", "weight loading: sequential")
+WORKFLOWS.register("T3", "aicache.traces.workflows:generate_t3", "ViT fine-tuning: random")
+WORKFLOWS.register("T4", "aicache.traces.workflows:generate_t4", "wav2vec2 fine-tuning: random")
+WORKFLOWS.register("T5", "aicache.traces.workflows:generate_t5", "DLRM training: skewed")
+WORKFLOWS.register("T6", "aicache.traces.workflows:generate_t6", "RAG retrieval: skewed")

@@ -1,0 +1,445 @@
+"""Chiron's controller: advisory switching control over per-unit executors.
+
+Per cache unit (a dataset directory: the first ``unit_depth`` components of a file's path)
+the controller keeps a recent window of block ids, the active executor, a review schedule
+and a feedback reflector. Reads never wait on the advisor:
+
+1. every demand read appends to the unit's window and goes through the active executor;
+2. when a review is due (first review, routine interval, early retry after a rejected or
+   missing answer, or a CHR anomaly flagged by feedback reflection) the controller
+   *snapshots* the window and the review context and hands them to an
+   :class:`AdvisorRunner`; reads continue under the active executor;
+3. when the runner has an answer, the confidence gate judges it; only an accepted
+   pattern that differs from the active one switches the executor. A pending diagnosis
+   never changes anything.
+
+Runners: :class:`VirtualDelayRunner` (simulation: the answer becomes visible ``delay``
+virtual seconds after the snapshot; deterministic) and :class:`ThreadRunner` (real engine:
+a background thread calls the advisor; the caller only ever enqueues and polls).
+
+Shared byte budget across units (units with different executors compete for one cache):
+``victim`` takes, in this order, (1) a *read* block of a unit under the sequential
+executor (eager eviction: consumed data goes first, whatever unit it is in); (2) the
+victim of the unit whose last access is the oldest among units whose executor evicts
+(LRU across units, then the unit's own policy inside it); (3) if only units that reject
+when full remain, the oldest unit's fallback order. Admission asks the executor of the
+block's own unit.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aicache.adaptive.advisor.base import (
+    PATTERNS,
+    TRIGGER_CHR_ANOMALY,
+    Advice,
+    Advisor,
+    DiagnosisRequest,
+    ReviewContext,
+)
+from aicache.adaptive.executors import Executor, make_executor
+from aicache.adaptive.system import DataCacheSystem
+from aicache.errors import BadInput
+
+_EMPTY: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChironParams:
+    """Every knob of the controller; defaults are the seed's (window 1,000, tau 0.70,
+    alpha 0.35, theta 0.18, routine review 30 s / 45 s with reflection)."""
+
+    window: int = 1000
+    tau: float = 0.70
+    gate: bool = True
+    reflection: bool = True
+    alpha: float = 0.35
+    theta: float = 0.18
+    routine_interval_s: float = 30.0
+    reflection_interval_s: float = 45.0
+    early_retry_s: float = 5.0
+    first_review_s: float = 5.0
+    #: length of a feedback round (CHR per round feeds the EWMA)
+    round_s: float = 5.0
+    min_round_accesses: int = 50
+    #: do not diagnose a window shorter than this (too little evidence)
+    min_window: int = 100
+    #: include the structured statistics in the advisor's input (ablation switch)
+    statistics: bool = True
+    #: virtual advisor delay in simulation; None = the advisor's expected latency
+    advisor_delay_s: float | None = None
+    unit_depth: int = 1
+    #: override every executor's prefetcher / eviction policy by registry name (the
+    #: seed's micro-benchmarks: "prefetching disabled" = "none", "LRU in all arms" = "lru")
+    prefetch: str | None = None
+    eviction: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.min_window < 1:
+            raise BadInput(f"window={self.window} and min_window={self.min_window} must be >= 1")
+        if self.round_s <= 0:
+            raise BadInput(f"round_s={self.round_s!r} must be positive seconds")
+
+
+# -- runners ----------------------------------------------------------------------------------
+class AdvisorRunner(ABC):
+    """Runs diagnoses off the read path. ``submit`` never blocks; ``poll(now)`` returns the
+    answers that are available at ``now`` as (request, advice-or-None) pairs."""
+
+    @abstractmethod
+    def submit(self, request: DiagnosisRequest, now: float) -> None: ...
+
+    @abstractmethod
+    def poll(self, now: float) -> list[tuple[DiagnosisRequest, Advice | None]]: ...
+
+    def next_ready(self) -> float:
+        """Earliest time an answer may be available (``inf`` if none pending; ``-inf`` if
+        unknown, e.g. a thread — then poll on every tick)."""
+        return float("-inf")
+
+    def close(self) -> None:
+        pass
+
+
+class VirtualDelayRunner(AdvisorRunner):
+    """Simulation: the advisor answers at submission, the answer is released ``delay``
+    virtual seconds later. Deterministic (no threads, no clock)."""
+
+    def __init__(self, advisor: Advisor, delay_s: float) -> None:
+        self.advisor = advisor
+        self.delay_s = max(0.0, float(delay_s))
+        self._pending: deque[tuple[float, DiagnosisRequest, Advice | None]] = deque()
+
+    def submit(self, request: DiagnosisRequest, now: float) -> None:
+        try:
+            advice = self.advisor.advise(request)
+        except Exception:  # noqa: BLE001 - an advisor must never break the read path
+            advice = None
+        self._pending.append((now + self.delay_s, request, advice))
+
+    def poll(self, now: float) -> list[tuple[DiagnosisRequest, Advice | None]]:
+        out = []
+        p = self._pending
+        while p and p[0][0] <= now:
+            _, req, adv = p.popleft()
+            out.append((req, adv))
+        return out
+
+    def next_ready(self) -> float:
+        return self._pending[0][0] if self._pending else float("inf")
+
+
+class ThreadRunner(AdvisorRunner):
+    """Real engine: one daemon thread calls the advisor; the caller only enqueues (never
+    blocks, even if the advisor hangs) and polls finished answers."""
+
+    def __init__(self, advisor: Advisor) -> None:
+        self.advisor = advisor
+        self._in: queue.SimpleQueue[DiagnosisRequest | None] = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[tuple[DiagnosisRequest, Advice | None]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="chiron-advisor", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            req = self._in.get()
+            if req is None:
+                return
+            try:
+                advice = self.advisor.advise(req)
+            except Exception:  # noqa: BLE001
+                advice = None
+            self._out.put((req, advice))
+
+    def submit(self, request: DiagnosisRequest, now: float) -> None:
+        self._in.put(request)
+
+    def poll(self, now: float) -> list[tuple[DiagnosisRequest, Advice | None]]:
+        out = []
+        while True:
+            try:
+                out.append(self._out.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        self._in.put(None)
+        self._thread.join(timeout=0.05)  # a hung advisor stays behind as a daemon thread
+
+
+# -- per-unit state ---------------------------------------------------------------------------
+class _Unit:
+    __slots__ = ("name", "window", "executor", "pattern", "state", "scheduler", "reflector",
+                 "round_start", "round_hits", "round_reads", "last_access")
+
+    def __init__(self, name: str, executor: Executor, window: int, scheduler: Any,
+                 reflector: Any, now: float) -> None:
+        self.name = name
+        self.window: deque[int] = deque(maxlen=window)
+        self.executor = executor
+        self.pattern: str | None = None  # committed pattern (None = default executor)
+        self.state = "default"  # default | stable | transition
+        self.scheduler = scheduler
+        self.reflector = reflector
+        self.round_start = now
+        self.round_hits = 0
+        self.round_reads = 0
+        self.last_access = now
+
+
+def _resolve_advisor(advisor: Any, seed: int) -> Advisor:
+    """An :class:`Advisor` instance, or a spec string for the advisor registry."""
+    if isinstance(advisor, Advisor):
+        return advisor
+    from aicache.adaptive.advisor.registry import make_advisor
+
+    return make_advisor(advisor, seed=seed)
+
+
+class ChironSystem(DataCacheSystem):
+    """Chiron as a :class:`DataCacheSystem` (see the module docstring)."""
+
+    name = "chiron"
+
+    def __init__(self, capacity_bytes: int, *, advisor: Any = "statistical",
+                 params: ChironParams | None = None, seed: int = 0,
+                 runner: AdvisorRunner | str | None = None) -> None:
+        from aicache.adaptive.feedback import FeedbackReflector, ReviewParams
+        from aicache.adaptive.gate import ConfidenceGate
+        from aicache.adaptive.systems import UnitMapper
+
+        self.params = p = params or ChironParams()
+        self.capacity = capacity_bytes
+        self.advisor = _resolve_advisor(advisor, seed)
+        if runner is None or runner == "virtual":
+            delay = p.advisor_delay_s if p.advisor_delay_s is not None else self.advisor.expected_latency_s
+            self.runner: AdvisorRunner = VirtualDelayRunner(self.advisor, delay)
+        elif runner == "thread":
+            self.runner = ThreadRunner(self.advisor)
+        elif isinstance(runner, AdvisorRunner):
+            self.runner = runner
+        else:
+            raise BadInput(f"unknown advisor runner {runner!r}; valid: virtual, thread")
+        self.gate = ConfidenceGate(p.tau if p.gate else 0.0)
+        self._review = ReviewParams(p.routine_interval_s, p.reflection_interval_s,
+                                    p.early_retry_s, p.first_review_s, p.reflection)
+        self._make_reflector = lambda: FeedbackReflector(p.alpha, p.theta, p.min_round_accesses)
+        self.rng = random.Random(seed)
+        self.units_of = UnitMapper(p.unit_depth)
+        self.units: dict[str, _Unit] = {}
+        self.block_unit: dict[int, _Unit] = {}
+        self.sizes: dict[int, int] = {}
+        self.unread: set[int] = set()
+        self._next_tick = float("-inf")
+        # counters
+        self.advisor_calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.no_advice = 0
+        self.rejected_advice = 0
+        self.switches = 0
+        self.diag_total = 0
+        self.diag_correct = 0
+        self.confusion: dict[str, dict[str, int]] = {}
+        self.log: list[dict[str, Any]] = []
+        self._label: str | None = None
+        self._boundary: float | None = None  # time of the last phase change (simulation)
+        self.recovery_s: list[float] = []
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _unit(self, file_unit: str, now: float) -> _Unit:
+        name = self.units_of(file_unit)
+        u = self.units.get(name)
+        if u is None:
+            from aicache.adaptive.feedback import ReviewScheduler
+
+            u = _Unit(name, self._executor("default"), self.params.window,
+                      ReviewScheduler(self._review, now), self._make_reflector(), now)
+            self.units[name] = u
+            self._next_tick = min(self._next_tick, now)
+        return u
+
+    def _executor(self, pattern: str) -> Executor:
+        p = self.params
+        return make_executor(pattern, self.capacity, self.rng, prefetch=p.prefetch, eviction=p.eviction)
+
+    def observe_label(self, label: str | None, now: float | None = None) -> None:
+        """The true pattern of the reads that follow (simulation only: for the oracle /
+        noisy advisors, diagnosis accuracy and recovery time). Never used to decide."""
+        if label != self._label and now is not None:
+            self._boundary = now
+        self._label = label
+
+    # -- DataCacheSystem ------------------------------------------------------------------------
+    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        u = self._unit(unit, now)
+        u.window.append(block)
+        u.round_reads += 1
+        u.round_hits += hit
+        u.last_access = now
+        if hit and block in self.unread:
+            self.unread.discard(block)
+            self.block_unit[block].executor.prefetcher.on_prefetch_used(block, now)
+        return u.executor.on_access(u.name, block, size, hit, now)
+
+    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
+        return self._unit(unit, now).executor.admit(size, used)
+
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+        u = self._unit(unit, now)
+        self.block_unit[block] = u
+        self.sizes[block] = size
+        u.executor.on_insert(block, size, now, prefetched)
+        if prefetched:
+            self.unread.add(block)
+
+    def _forget(self, block: int, now: float) -> None:
+        u = self.block_unit.pop(block)
+        del self.sizes[block]
+        if block in self.unread:
+            self.unread.discard(block)
+            u.executor.prefetcher.on_prefetch_wasted(block, now)
+
+    def victim(self, now: float) -> int:
+        units = self.units.values()
+        for u in units:
+            if u.executor.eager_candidate():
+                b = int(u.executor.eviction.victim(now))  # type: ignore[call-overload]
+                self._forget(b, now)
+                return b
+        best: _Unit | None = None
+        fallback: _Unit | None = None
+        for u in units:
+            if not len(u.executor.eviction):
+                continue
+            if u.executor.rejects:
+                if fallback is None or u.last_access < fallback.last_access:
+                    fallback = u
+            elif best is None or u.last_access < best.last_access:
+                best = u
+        chosen = best or fallback
+        if chosen is None:
+            raise RuntimeError("victim() called on an empty cache")
+        b = int(chosen.executor.eviction.victim(now))  # type: ignore[call-overload]
+        self._forget(b, now)
+        return b
+
+    def on_remove(self, block: int) -> None:
+        u = self.block_unit.get(block)
+        if u is None:
+            return
+        u.executor.eviction.on_remove(block)
+        self.block_unit.pop(block)
+        del self.sizes[block]
+        self.unread.discard(block)
+
+    # -- control loop ---------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        if now < self._next_tick:
+            return
+        p = self.params
+        for req, advice in self.runner.poll(now):
+            self._judge(req, advice, now)
+        nxt = float("inf")
+        for u in self.units.values():
+            if now - u.round_start >= p.round_s:
+                r = u.reflector.observe_counts(u.round_hits, u.round_reads)
+                u.round_start, u.round_hits, u.round_reads = now, 0, 0
+                if r is not None and r.anomaly:
+                    u.scheduler.anomaly(now)
+            due = u.scheduler.due(now)
+            if due is not None:
+                if len(u.window) >= p.min_window:
+                    self._diagnose(u, now)
+                else:
+                    nxt = min(nxt, now + 0.5)
+            nxt = min(nxt, u.round_start + p.round_s, u.scheduler.next_at)
+        self._next_tick = min(nxt, self.runner.next_ready())
+
+    def _diagnose(self, u: _Unit, now: float) -> None:
+        from aicache.adaptive.analyzer import analyze, tail_length
+
+        trigger = u.scheduler.started(now)
+        window = tuple(u.window)
+        ctx = ReviewContext(
+            trigger=trigger, previous_state=u.state, previous_pattern=u.pattern,
+            older_prefix_may_be_stale=(trigger == TRIGGER_CHR_ANOMALY or u.state == "transition"),
+            recent_tail_length=tail_length(len(window)),
+        )
+        stats = analyze(window) if self.params.statistics else {}
+        self.advisor_calls += 1
+        self.runner.submit(DiagnosisRequest(u.name, window, stats, ctx, self._label), now)
+
+    def _judge(self, req: DiagnosisRequest, advice: Advice | None, now: float) -> None:
+        u = self.units[req.unit]
+        if advice is not None:
+            self.input_tokens += advice.input_tokens
+            self.output_tokens += advice.output_tokens
+            if req.true_label in PATTERNS:
+                self.diag_total += 1
+                self.diag_correct += advice.pattern == req.true_label
+                row = self.confusion.setdefault(req.true_label, {})
+                row[advice.pattern] = row.get(advice.pattern, 0) + 1
+        decision = self.gate.check(advice)
+        if advice is None:
+            self.no_advice += 1
+        elif not decision.accepted:
+            self.rejected_advice += 1
+        u.scheduler.finished(now, decision.accepted)
+        self.log.append({"t": round(now, 3), "unit": u.name, "trigger": req.context.trigger,
+                         "pattern": advice.pattern if advice else None,
+                         "confidence": advice.confidence if advice else None,
+                         "accepted": decision.accepted, "label": req.true_label})
+        if not decision.accepted:
+            return
+        pattern = decision.pattern
+        assert pattern is not None
+        if self._boundary is not None and pattern == self._label:
+            # recovery: phase boundary -> first accepted diagnosis naming the new pattern
+            self.recovery_s.append(now - self._boundary)
+            self._boundary = None
+        if pattern == u.pattern:
+            u.state = "stable"
+            return
+        self._switch(u, pattern, now)
+
+    def _switch(self, u: _Unit, pattern: str, now: float) -> None:
+        """Replace the unit's executor; hand its resident blocks over in eviction order."""
+        old = u.executor
+        new = self._executor(pattern)
+        unread = self.unread
+        for b in list(old.eviction.keys()):
+            new.adopt(b, self.sizes[b], now, read=b not in unread)  # type: ignore[index]
+        u.executor = new
+        u.pattern = pattern
+        u.state = "transition"
+        self.switches += 1
+
+    # -- reporting ------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {
+            "advisor_calls": self.advisor_calls,
+            "advisor_tokens": self.input_tokens + self.output_tokens,
+            "advisor_input_tokens": self.input_tokens,
+            "advisor_output_tokens": self.output_tokens,
+            "no_advice": self.no_advice,
+            "rejected_advice": self.rejected_advice,
+            "switches": self.switches,
+            "diagnosis_accuracy": (self.diag_correct / self.diag_total) if self.diag_total else None,
+            "diagnosis_confusion": self.confusion,
+            "recovery_s": [round(x, 3) for x in self.recovery_s],
+            "active_patterns": {n: (u.pattern or "default") for n, u in self.units.items()},
+            "params": asdict(self.params),
+        }
+
+    def close(self) -> None:
+        self.runner.close()
+        self.advisor.close()

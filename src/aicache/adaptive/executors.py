@@ -1,0 +1,197 @@
+"""Chiron's executors: one prefetch + admission + eviction bundle per access pattern.
+
+| pattern    | prefetch                       | admission         | eviction                         |
+| ---------- | ------------------------------ | ----------------- | -------------------------------- |
+| sequential | stride, adaptive depth         | always            | eager (read blocks go first)     |
+| random     | none                           | reject when full  | none while rejecting             |
+| skewed     | neighborhood                   | always            | LRU                              |
+| default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
+
+An executor owns the eviction order of *its cache unit's* resident blocks only; the
+controller (:mod:`aicache.adaptive.controller`) arbitrates between units that share one
+byte budget. Executors are pure (told ``now``, injected rng) and are created fresh on a
+switch; the unit's resident blocks are handed over with :meth:`Executor.adopt` in the old
+executor's eviction order (oldest candidate first), so LRU-ish order survives a switch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, ClassVar
+
+from aicache.policies import EVICTION, PREFETCH
+from aicache.policies.base import EvictionPolicy, Key, PrefetchPolicy
+from aicache.registry import Registry
+
+
+class EagerEviction(EvictionPolicy):
+    """Eager eviction (Li et al. 2008) for sequential passes.
+
+    A block that has been read is the first candidate; among read blocks the most recently
+    read goes first — a sequential pass does not come back to what it just read before it
+    has read everything else, so keeping the *older* part of the pass (still ahead of the
+    next pass) is the MRU choice that suits loops larger than the cache. Blocks not read yet
+    (prefetched, or adopted from another executor without a read) go last, oldest first.
+    """
+
+    name = "eager"
+    __slots__ = ("_read", "_unread")
+
+    def __init__(self, capacity: int, **kw: Any) -> None:
+        super().__init__(capacity, **kw)
+        self._read: OrderedDict[Key, None] = OrderedDict()
+        self._unread: OrderedDict[Key, None] = OrderedDict()
+
+    def on_hit(self, key: Key, size: int, now: float) -> None:
+        if self._unread.pop(key, 0) is None:
+            self._read[key] = None
+        else:
+            self._read.move_to_end(key)
+
+    def on_insert(self, key: Key, size: int, now: float) -> None:
+        self._read[key] = None  # a demand miss: the block is being read right now
+
+    def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
+        self._unread[key] = None
+
+    def adopt_unread(self, key: Key) -> None:
+        self._unread[key] = None
+
+    def has_read(self) -> bool:
+        return bool(self._read)
+
+    def victim(self, now: float) -> Key:
+        if self._read:
+            return self._read.popitem(last=True)[0]
+        return self._unread.popitem(last=False)[0]
+
+    def on_remove(self, key: Key) -> None:
+        if self._read.pop(key, 0) is not None:
+            del self._unread[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._read or key in self._unread
+
+    def __len__(self) -> int:
+        return len(self._read) + len(self._unread)
+
+    def keys(self) -> Iterable[Key]:
+        # oldest candidate first: unread (FIFO), then read from least to most recent
+        yield from self._unread
+        yield from self._read
+
+
+class Executor:
+    """Prefetch + admission + eviction for one cache unit under one pattern.
+
+    ``prefetch`` / ``eviction`` override the pattern's choices (the seed's micro-benchmarks
+    hold one side fixed: "prefetching disabled" = ``prefetch="none"``, "LRU eviction in all
+    arms" = ``eviction="lru"``, which also admits always).
+    """
+
+    pattern: ClassVar[str] = ""
+    prefetch_name: ClassVar[str] = "none"
+    eviction_name: ClassVar[str] = "lru"
+    #: True when new blocks are refused once the cache is full (then nothing is evicted)
+    rejects_when_full: ClassVar[bool] = False
+
+    __slots__ = ("capacity", "prefetcher", "eviction", "rejects")
+
+    def __init__(self, capacity: int, rng: random.Random,
+                 prefetch_params: dict[str, Any] | None = None, *,
+                 prefetch: str | None = None, eviction: str | None = None) -> None:
+        self.capacity = capacity
+        pname = prefetch or self.prefetch_name
+        self.prefetcher: PrefetchPolicy = PREFETCH.get(pname)(
+            **(prefetch_params if pname == self.prefetch_name and prefetch_params else {}))
+        if eviction is None:
+            self.eviction: EvictionPolicy = self._make_eviction(capacity, rng)
+            self.rejects = self.rejects_when_full
+        else:
+            self.eviction = EVICTION.get(eviction)(capacity, rng=rng)
+            self.rejects = False
+
+    def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
+        return EVICTION.get(self.eviction_name)(capacity, rng=rng)
+
+    def admit(self, size: int, used: int) -> bool:
+        return not self.rejects or used + size <= self.capacity
+
+    def on_access(self, stream: Hashable, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        ev = self.eviction
+        if hit:
+            ev.on_hit(block, size, now)
+        elif ev.sees_misses:  # ghost-list policies (ARC, LeCaR) learn from misses
+            ev.on_miss(block, size, now)
+        return self.prefetcher.on_access(stream, block, hit, now)
+
+    def on_insert(self, block: int, size: int, now: float, prefetched: bool) -> None:
+        if prefetched:
+            self.eviction.on_prefetch_insert(block, size, now)
+        else:
+            self.eviction.on_insert(block, size, now)
+
+    def adopt(self, block: int, size: int, now: float, read: bool) -> None:
+        """Take over a resident block from the previous executor (not an access)."""
+        ev = self.eviction
+        if isinstance(ev, EagerEviction) and not read:
+            ev.adopt_unread(block)
+        else:
+            ev.on_insert(block, size, now)
+
+    def eager_candidate(self) -> bool:
+        """True when this unit holds a block to evict ahead of every other unit's (a block
+        already read under eager eviction)."""
+        ev = self.eviction
+        return isinstance(ev, EagerEviction) and ev.has_read()
+
+
+class SequentialExecutor(Executor):
+    pattern = "sequential"
+    prefetch_name = "stride"
+    eviction_name = "eager"
+
+    def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
+        return EagerEviction(capacity, rng=rng)
+
+
+class RandomExecutor(Executor):
+    """No prefetch; keep the cached subset stable across epochs by refusing new blocks
+    once full. ``lru`` only orders blocks for the rare case the controller must take space
+    from this unit for another one."""
+
+    pattern = "random"
+    prefetch_name = "none"
+    eviction_name = "lru"
+    rejects_when_full = True
+
+
+class SkewedExecutor(Executor):
+    pattern = "skewed"
+    prefetch_name = "neighborhood"
+    eviction_name = "lru"
+
+
+class DefaultExecutor(Executor):
+    """The framework's default before any accepted diagnosis: JuiceFS's policy."""
+
+    pattern = "default"
+    prefetch_name = "readahead"
+    eviction_name = "2-random"
+
+
+EXECUTORS: Registry[type[Executor]] = Registry("executor")
+EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
+EXECUTORS.register("random", RandomExecutor, "no prefetch + reject when full + no eviction")
+EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch + always + LRU")
+EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
+
+
+def make_executor(pattern: str, capacity: int, rng: random.Random,
+                  prefetch_params: dict[str, Any] | None = None, *,
+                  prefetch: str | None = None, eviction: str | None = None) -> Executor:
+    """A fresh executor for ``pattern`` (``sequential``, ``random``, ``skewed``, ``default``),
+    optionally with its prefetcher or eviction policy overridden by registry name."""
+    return EXECUTORS.get(pattern)(capacity, rng, prefetch_params, prefetch=prefetch, eviction=eviction)

@@ -1,0 +1,297 @@
+"""Data-cache systems by name: the baselines, Chiron, the clairvoyant bound, and any
+``EVICTION+PREFETCH`` pair from the policy registries.
+
+| name               | prefetch                         | eviction           |
+| ------------------ | -------------------------------- | ------------------ |
+| `nocache`          | none                             | nothing retained   |
+| `juicefs`          | sequential readahead (adaptive)  | 2-random           |
+| `alluxio`          | none                             | LRU                |
+| `juicefs-adaptive` | SFP                              | LeCaR              |
+| `chiron`           | per-unit executor chosen by the advisor (see controller)   |
+| `clairvoyant`      | the next needed blocks (needs the trace) | Belady with bypass |
+| `E+P`              | prefetch ``P``                   | eviction ``E``     |
+
+Every system is a :class:`~aicache.adaptive.system.DataCacheSystem`: the simulator and the
+real engine drive the same objects. Prefetchers see the *stream* a read belongs to: the
+cache unit (dataset directory = the first ``unit_depth`` components of the file path,
+whose files have consecutive block ranges), except file-aware ones (SFP) that see the file.
+Baselines and Chiron get the same streams, so readahead across small files is as
+available to JuiceFS as to Chiron's stride executor.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from aicache.adaptive.system import DataCacheSystem
+from aicache.errors import BadInput
+from aicache.policies import EVICTION, PREFETCH
+from aicache.policies.base import EvictionPolicy, PrefetchPolicy
+from aicache.registry import Registry
+
+_EMPTY: tuple[int, ...] = ()
+
+#: Prefetchers that want the file, not the directory, as their stream.
+FILE_LEVEL_PREFETCH = frozenset({"sfp", "sfp-128"})
+
+
+class UnitMapper:
+    """file path → cache unit (the first ``depth`` path components), memoised."""
+
+    __slots__ = ("depth", "_memo")
+
+    def __init__(self, depth: int = 1) -> None:
+        if depth < 1:
+            raise BadInput(f"unit_depth={depth!r} must be >= 1")
+        self.depth = depth
+        self._memo: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        u = self._memo.get(path)
+        if u is None:
+            parts = path.strip("/").split("/")
+            u = "/".join(parts[: self.depth]) if len(parts) > self.depth else (
+                "/".join(parts[:-1]) or path)
+            self._memo[path] = u
+        return u
+
+
+class PolicySystem(DataCacheSystem):
+    """A fixed eviction policy plus a fixed prefetcher (the baselines and ``E+P`` pairs).
+
+    Prefetch feedback: a prefetched block read before eviction is *used*, one evicted
+    unread is *wasted*; both go to the prefetcher so adaptive depth/window can react.
+    """
+
+    def __init__(self, name: str, eviction: str, prefetch: str, capacity_bytes: int, *,
+                 seed: int = 0, unit_depth: int = 1, prefetch_params: dict[str, Any] | None = None,
+                 eviction_params: dict[str, Any] | None = None) -> None:
+        self.name = name  # type: ignore[misc]
+        self.capacity = capacity_bytes
+        self.policy: EvictionPolicy = EVICTION.get(eviction)(
+            capacity_bytes, rng=random.Random(seed), **(eviction_params or {}))
+        if self.policy.needs_future:
+            raise BadInput(f"eviction {eviction!r} needs the future; use the 'clairvoyant' system")
+        self.prefetcher: PrefetchPolicy = PREFETCH.get(prefetch)(**(prefetch_params or {}))
+        self.file_level = prefetch in FILE_LEVEL_PREFETCH
+        self.units = UnitMapper(unit_depth)
+        self.unread: set[int] = set()
+        self._sees_misses = bool(getattr(self.policy, "sees_misses", False))
+
+    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        if hit:
+            self.policy.on_hit(block, size, now)
+            if block in self.unread:
+                self.unread.discard(block)
+                self.prefetcher.on_prefetch_used(block, now)
+        elif self._sees_misses:
+            self.policy.on_miss(block, size, now)
+        stream = unit if self.file_level else self.units(unit)
+        return self.prefetcher.on_access(stream, block, hit, now)
+
+    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
+        if self.policy.may_reject:
+            return self.policy.admit(block, size, used, now)
+        return True
+
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
+        if prefetched:
+            ok = self.policy.on_prefetch_insert(block, size, now)
+            if ok is not False:
+                self.unread.add(block)
+        else:
+            ok = self.policy.on_insert(block, size, now)
+        return ok is not False
+
+    def victim(self, now: float) -> int:
+        v = int(self.policy.victim(now))  # type: ignore[call-overload]
+        if v in self.unread:
+            self.unread.discard(v)
+            self.prefetcher.on_prefetch_wasted(v, now)
+        return v
+
+    def on_remove(self, block: int) -> None:
+        if block in self.policy:
+            self.policy.on_remove(block)
+        self.unread.discard(block)
+
+
+class NoCacheSystem(DataCacheSystem):
+    """Fetch every demand read from remote; retain nothing."""
+
+    name = "nocache"
+
+    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        return _EMPTY
+
+    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
+        return False
+
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+        raise AssertionError("nocache admits nothing")
+
+    def victim(self, now: float) -> int:
+        raise AssertionError("nocache holds nothing")
+
+    def on_remove(self, block: int) -> None:
+        pass
+
+
+class ClairvoyantSystem(DataCacheSystem):
+    """Upper bound: Belady eviction with bypass + perfect prefetch of the next needed blocks.
+
+    Needs the whole future (``trace`` = the block ids of every demand read, in order). The
+    driver must call :meth:`on_access` once per demand read, in trace order; the system
+    counts reads to know where it is. Prefetch asks for the blocks of the next
+    ``lookahead`` reads — the driver's fetch budget (concurrent prefetches, in-flight cap)
+    applies exactly as to every other system. Admission bypasses a block whose next use
+    lies beyond every resident block's (Belady would evict it first anyway).
+    """
+
+    name = "clairvoyant"
+    INF = 1 << 62
+
+    def __init__(self, trace: np.ndarray | Sequence[int], capacity_bytes: int, *,
+                 lookahead: int = 32) -> None:
+        ids = np.asarray(trace, dtype=np.int64)
+        n = ids.size
+        nxt = np.full(n, self.INF, dtype=np.int64)
+        # next occurrence of the same id: stable sort by id, neighbours within a group
+        order = np.argsort(ids, kind="stable")
+        same = ids[order[1:]] == ids[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+        self.ids = ids.tolist()
+        self.next = nxt.tolist()
+        self.capacity = capacity_bytes
+        self.lookahead = lookahead
+        self.pos = -1  # index of the current demand read
+        self.frontier = -1  # last trace index whose block was offered for prefetch
+        self.next_use: dict[int, int] = {}  # resident block -> index of its next read
+        self.heap: list[tuple[int, int]] = []  # (-next_use, block), lazily invalidated
+        self.pending: dict[int, int] = {}  # offered block -> the read it was offered for
+
+    def _farthest(self) -> int:
+        h, nu = self.heap, self.next_use
+        while h and nu.get(h[0][1]) != -h[0][0]:
+            heapq.heappop(h)
+        return -h[0][0] if h else -1
+
+    def _set(self, block: int, use: int) -> None:
+        self.next_use[block] = use
+        heapq.heappush(self.heap, (-use, block))
+
+    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        self.pos += 1
+        i = self.pos
+        if i >= len(self.ids) or self.ids[i] != block:
+            raise BadInput("clairvoyant system was given a different trace than it is driven with")
+        if block in self.next_use:
+            self._set(block, self.next[i])
+            self.pending.pop(block, None)
+        else:  # a miss: it will be admitted (or not) on arrival, judged by its next use
+            self.pending[block] = self.next[i]
+        lo = max(self.frontier + 1, i + 1)
+        hi = min(len(self.ids), i + 1 + self.lookahead)
+        if lo >= hi:
+            return _EMPTY
+        self.frontier = hi - 1
+        out = self.ids[lo:hi]
+        for j, b in zip(range(lo, hi), out):
+            self.pending.setdefault(b, j)
+        return out
+
+    def _use_of(self, block: int) -> int:
+        return self.pending.get(block, self.INF)
+
+    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
+        use = self._use_of(block)
+        if use >= self.INF:
+            return False
+        if used + size <= self.capacity:
+            return True
+        return use < self._farthest()
+
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+        self._set(block, self.pending.pop(block, self.INF))
+
+    def victim(self, now: float) -> int:
+        self._farthest()
+        _, b = heapq.heappop(self.heap)
+        del self.next_use[b]
+        return b
+
+    def on_remove(self, block: int) -> None:
+        self.next_use.pop(block, None)
+
+
+# -- the registry ---------------------------------------------------------------------------
+SystemFactory = Callable[..., DataCacheSystem]
+SYSTEMS: Registry[SystemFactory] = Registry("system")
+
+
+def _pair(name: str, eviction: str, prefetch: str) -> SystemFactory:
+    def make(capacity_bytes: int, block_size: int, *, seed: int = 0, **params: Any) -> DataCacheSystem:
+        params.pop("advisor", None)
+        params.pop("trace", None)
+        params.pop("labels", None)
+        return PolicySystem(name, eviction, prefetch, capacity_bytes, seed=seed, **params)
+
+    return make
+
+
+def _nocache(capacity_bytes: int, block_size: int, **params: Any) -> DataCacheSystem:
+    return NoCacheSystem()
+
+
+def _clairvoyant(capacity_bytes: int, block_size: int, *, trace: Any = None,
+                 lookahead: int = 32, **params: Any) -> DataCacheSystem:
+    if trace is None:
+        raise BadInput("system 'clairvoyant' needs the future: give it the trace (trace=...)")
+    return ClairvoyantSystem(trace, capacity_bytes, lookahead=lookahead)
+
+
+def _chiron(capacity_bytes: int, block_size: int, *, advisor: Any = "statistical", seed: int = 0,
+            **params: Any) -> DataCacheSystem:
+    from aicache.adaptive.controller import ChironParams, ChironSystem
+
+    params.pop("trace", None)
+    runner = params.pop("runner", None)
+    return ChironSystem(capacity_bytes, advisor=advisor, params=ChironParams(**params), seed=seed,
+                        runner=runner)
+
+
+SYSTEMS.register("nocache", _nocache, "no cache: every read goes remote")
+SYSTEMS.register("juicefs", _pair("juicefs", "2-random", "readahead"), "readahead + 2-random")
+SYSTEMS.register("alluxio", _pair("alluxio", "lru", "none"), "no prefetch + LRU")
+SYSTEMS.register("juicefs-adaptive", _pair("juicefs-adaptive", "lecar", "sfp"), "SFP + LeCaR")
+SYSTEMS.register("chiron", _chiron, "advisor-switched executors per cache unit")
+SYSTEMS.register("clairvoyant", _clairvoyant, "Belady + perfect prefetch (needs the trace)")
+
+
+def system_names() -> list[str]:
+    """Named systems plus the ``EVICTION+PREFETCH`` form."""
+    return SYSTEMS.names() + ["EVICTION+PREFETCH"]
+
+
+def make_system(name: str, capacity_bytes: int, block_size: int, *, advisor: Any = "statistical",
+                seed: int = 0, **params: Any) -> DataCacheSystem:
+    """Build system ``name``. An unknown name is a :class:`BadInput` listing the valid ones
+    (the named systems and the ``EVICTION+PREFETCH`` pairs)."""
+    if not isinstance(capacity_bytes, int) or capacity_bytes < 0:
+        raise BadInput(f"cache size {capacity_bytes!r} must be a non-negative number of bytes")
+    if name in SYSTEMS:
+        return SYSTEMS.get(name)(capacity_bytes, block_size, advisor=advisor, seed=seed, **params)
+    if "+" in name:
+        ev, _, pf = name.partition("+")
+        if ev in EVICTION and pf in PREFETCH:
+            return _pair(name, ev, pf)(capacity_bytes, block_size, seed=seed, **params)
+    raise BadInput(
+        f"unknown system {name!r}; valid: {', '.join(SYSTEMS.names())}, or EVICTION+PREFETCH "
+        f"with EVICTION in {{{', '.join(EVICTION.names())}}} and PREFETCH in "
+        f"{{{', '.join(PREFETCH.names())}}} (e.g. lru+stride)"
+    )

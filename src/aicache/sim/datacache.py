@@ -1,0 +1,451 @@
+"""Event-driven data-cache simulator: a block trace, a system, a cost model, a virtual clock.
+
+Cost model (every system gets exactly the same one):
+
+* **Loader concurrency** — ``workers`` loader workers take the trace's reads in order; a
+  read starts when a worker is free (the earliest-free worker takes the next read, so
+  start times never decrease). A worker is busy for the read's I/O latency plus the read's
+  compute (``compute per sample / reads per sample``). Phases are separate jobs: all
+  workers finish a phase before the next starts (a barrier). JCT = the last finish time.
+* **Hit** — ``hit_ms``.
+* **Miss** — ``miss_ms + size / remote_bw`` (request latency plus transfer); the block is
+  stored (if the system admits it) when it *arrives*, not when it is requested.
+* **Prefetch** — runs on at most ``prefetch_slots`` concurrent remote fetches, each costing
+  what a miss costs; a prefetch starts when a slot frees up. At most ``prefetch_inflight``
+  prefetched blocks may be queued or in flight; further requests are dropped (counted).
+  This *fetch budget* is identical for every system, the clairvoyant bound included.
+* **A read of a block in flight** waits only for the rest of that fetch, then costs a hit.
+  A prefetch still *queued* (not started) does not make a read wait: the read fetches on
+  demand and the queued prefetch is wasted (its slot time is still spent).
+
+Counting (the seed's block-level CHR): a read is a *hit* when its block is resident, or
+when it is in flight because of a *started* prefetch (the demand did not cause a remote read; the
+wait is charged to JCT and counted in ``late_prefetch_reads``). A read that joins another
+read's in-flight *demand* fetch is a miss. A prefetched block is *used* when read before
+it is evicted; ``prefetch_accuracy`` = used / prefetched blocks fetched.
+
+Determinism: no wall clock, no unseeded randomness — the same inputs give the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aicache.adaptive.system import DataCacheSystem
+from aicache.errors import BadInput
+from aicache.traces.base import Phase
+
+MiB = 1 << 20
+_CHUNK = 1 << 18  #: reads converted to Python lists at a time
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Latencies and the fetch budget. Defaults: the seed's 2 ms hit / 250 ms S3 miss."""
+
+    hit_ms: float = 2.0
+    miss_ms: float = 250.0
+    remote_bw: float = 200.0 * MiB  # bytes/s per remote fetch
+    prefetch_slots: int = 16
+    prefetch_inflight: int = 64
+
+    def __post_init__(self) -> None:
+        for k in ("hit_ms", "miss_ms"):
+            v = getattr(self, k)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise BadInput(f"--{k.replace('_', '-')} {v!r} must be a non-negative number of milliseconds")
+        if not (self.remote_bw > 0):
+            raise BadInput(f"remote bandwidth {self.remote_bw!r} must be positive bytes/s")
+        if self.prefetch_slots < 1 or self.prefetch_inflight < 0:
+            raise BadInput("prefetch_slots must be >= 1 and prefetch_inflight >= 0")
+
+
+@dataclass(slots=True)
+class PhaseSegment:
+    """A run of reads with one label: [start, end), compute per read, workers."""
+
+    name: str
+    pattern: str
+    start: int
+    end: int
+    compute_s: np.ndarray | float
+
+
+@dataclass(slots=True)
+class BlockWorkload:
+    """What the simulator replays: per-read columns plus the block table.
+
+    ``block_size_of`` / ``block_unit_of`` cover every block a prefetcher may name (the
+    whole dataset for generated workloads, the blocks seen for a trace file).
+    """
+
+    name: str
+    obj_id: np.ndarray
+    obj_size: np.ndarray
+    unit: np.ndarray  # int codes into ``units``
+    units: list[str]
+    phase: np.ndarray  # int8 Phase values
+    segments: list[PhaseSegment]
+    block_size_of: dict[int, int] | list[int]
+    block_unit_of: dict[int, int] | list[int]
+    workers: int
+    default_cache_bytes: int | None = None
+    dataset_bytes: int = 0
+
+    def __len__(self) -> int:
+        return int(self.obj_id.shape[0])
+
+
+@dataclass(slots=True)
+class PhaseResult:
+    name: str
+    pattern: str
+    requests: int
+    chr: float
+    seconds: float
+
+
+@dataclass(slots=True)
+class DataCacheResult:
+    """``sim datacache``'s result; :meth:`to_dict` gives CLI.md's JSON keys (then extras)."""
+
+    system: str
+    workload: str
+    cache_size_bytes: int
+    requests: int
+    chr: float
+    jct_seconds: float
+    prefetch_accuracy: float | None
+    prefetched_blocks: int
+    remote_bytes: int
+    advisor_calls: int
+    advisor_tokens: int
+    diagnosis_accuracy: float | None
+    switches: int
+    phases: list[PhaseResult] = field(default_factory=list)
+    hits: int = 0
+    late_prefetch_reads: int = 0
+    prefetch_dropped: int = 0
+    evictions: int = 0
+    rejected: int = 0
+    io_wait_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "system": self.system, "workload": self.workload,
+            "cache_size_bytes": self.cache_size_bytes, "requests": self.requests,
+            "chr": self.chr, "jct_seconds": self.jct_seconds,
+            "prefetch_accuracy": self.prefetch_accuracy, "prefetched_blocks": self.prefetched_blocks,
+            "remote_bytes": self.remote_bytes, "advisor_calls": self.advisor_calls,
+            "advisor_tokens": self.advisor_tokens, "diagnosis_accuracy": self.diagnosis_accuracy,
+            "switches": self.switches,
+            "phases": [{"name": p.name, "pattern": p.pattern, "requests": p.requests,
+                        "chr": p.chr, "seconds": p.seconds} for p in self.phases],
+            "hits": self.hits, "late_prefetch_reads": self.late_prefetch_reads,
+            "prefetch_dropped": self.prefetch_dropped, "evictions": self.evictions,
+            "rejected": self.rejected, "io_wait_seconds": self.io_wait_seconds,
+        }
+        d.update(self.extra)
+        return d
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def workload_from_workflow(trace: Any) -> BlockWorkload:
+    """A generated :class:`~aicache.traces.workflows.WorkflowTrace` as simulator input."""
+    ds = trace.dataset
+    segs = [PhaseSegment(p.name, p.pattern, p.start, p.end, p.compute_s) for p in trace.phases]
+    return BlockWorkload(
+        name=trace.workload, obj_id=trace.obj_id, obj_size=trace.obj_size, unit=trace.file,
+        units=ds.paths, phase=trace.phase, segments=segs,
+        block_size_of=ds.block_sizes().tolist(), block_unit_of=ds.block_files().tolist(),
+        workers=trace.workers, default_cache_bytes=trace.cache_bytes, dataset_bytes=ds.total_bytes,
+    )
+
+
+def workload_from_trace(path: str, *, workers: int = 8, fmt: str = "auto") -> BlockWorkload:
+    """A block trace file. Phases = runs of one label; per-read compute = the gap to the next
+    read's timestamp × ``workers`` (the generators write the zero-I/O schedule, so this
+    recovers their compute exactly; for a recorded trace it is an estimate)."""
+    from aicache.traces.io import open_trace
+
+    src = open_trace(path, fmt)
+    batches = list(src.batches())
+    if not batches:
+        raise BadInput(f"trace {path!r} has no requests; give a non-empty trace")
+    cat = np.concatenate
+    ids = cat([b.obj_id for b in batches]).astype(np.int64)
+    sizes = cat([b.obj_size for b in batches]).astype(np.int64)
+    ts = cat([b.timestamp for b in batches]).astype(np.float64)
+    n = ids.size
+    unit = cat([b.unit if b.unit is not None else np.zeros(len(b), np.int32) for b in batches])
+    phase = cat([b.phase if b.phase is not None else np.full(len(b), -1, np.int8) for b in batches])
+    units = list(src.units) or [""]
+    segs: list[PhaseSegment] = []
+    bounds = np.flatnonzero(np.diff(phase)) + 1
+    starts = [0, *bounds.tolist()]
+    ends = [*bounds.tolist(), n]
+    count: dict[str, int] = {}
+    for s, e in zip(starts, ends):
+        label = Phase(int(phase[s])).label or "unknown"
+        count[label] = count.get(label, 0) + 1
+        gaps = np.diff(ts[s:e]) * workers
+        gaps = np.maximum(gaps, 0.0)
+        last = float(gaps.mean()) if gaps.size else 0.0
+        segs.append(PhaseSegment(f"{label}#{count[label]}", label, s, e, np.append(gaps, last)))
+    uniq, first = np.unique(ids, return_index=True)
+    return BlockWorkload(
+        name=str(path), obj_id=ids, obj_size=sizes, unit=unit.astype(np.int64), units=units,
+        phase=phase.astype(np.int8), segments=segs,
+        block_size_of=dict(zip(uniq.tolist(), sizes[first].tolist())),
+        block_unit_of=dict(zip(uniq.tolist(), unit[first].tolist())),
+        workers=workers, dataset_bytes=int(sizes[first].sum()),
+    )
+
+
+def load_workload(name: str, *, scale: float = 1.0, seed: int = 0,
+                  variant: str | None = None) -> BlockWorkload:
+    """Workload ``name`` (W1..W3, T1..T6, optionally a generator variant) in memory."""
+    from aicache.traces.gen import WORKFLOWS
+
+    if not isinstance(name, str) or name.upper() not in WORKFLOWS:
+        raise BadInput(f"unknown workload {name!r}; valid: {', '.join(WORKFLOWS.names())}")
+    if variant is not None:
+        from aicache.traces.workflows import generate_workflow
+
+        return workload_from_workflow(generate_workflow(name, scale, seed, variant=variant))
+    return workload_from_workflow(WORKFLOWS.get(name.upper())(scale, seed))
+
+
+# -- the simulation ------------------------------------------------------------------------------
+def simulate_datacache(
+    workload: BlockWorkload | str,
+    system: str | DataCacheSystem,
+    cache_size: int | str | None = None,
+    *,
+    cost: CostModel | None = None,
+    hit_ms: float | None = None,
+    miss_ms: float | None = None,
+    remote_bw: float | None = None,
+    block_size: int = 4 * MiB,
+    advisor: Any = "statistical",
+    seed: int = 0,
+    scale: float = 1.0,
+    system_params: dict[str, Any] | None = None,
+) -> DataCacheResult:
+    """Replay ``workload`` through ``system`` with a cache of ``cache_size`` bytes.
+
+    ``workload``: a :class:`BlockWorkload`, a block-trace path (8 loader workers), or a
+    workload name (generated at ``scale``).
+    ``system``: a name for :func:`~aicache.adaptive.systems.make_system` or an instance.
+    ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the
+    workload's seed budget.
+    """
+    from aicache.adaptive.systems import make_system
+    from aicache.units import parse_size
+
+    if isinstance(workload, str):
+        import os
+
+        wl = (workload_from_trace(workload) if os.path.isfile(workload)
+              else load_workload(workload, scale=scale, seed=seed))
+    else:
+        wl = workload
+    if cache_size is None:
+        if wl.default_cache_bytes is None:
+            raise BadInput("--cache-size is required for a trace file (e.g. 1GiB or 25%)")
+        capacity = wl.default_cache_bytes
+    else:
+        capacity = parse_size(cache_size, total=wl.dataset_bytes, what="cache size")
+    cm = cost or CostModel()
+    if hit_ms is not None or miss_ms is not None or remote_bw is not None:
+        cm = CostModel(hit_ms if hit_ms is not None else cm.hit_ms,
+                       miss_ms if miss_ms is not None else cm.miss_ms,
+                       remote_bw if remote_bw is not None else cm.remote_bw,
+                       cm.prefetch_slots, cm.prefetch_inflight)
+    if isinstance(system, str):
+        params = dict(system_params or {})
+        if system == "clairvoyant":
+            params.setdefault("trace", wl.obj_id)
+        sysobj = make_system(system, capacity, block_size, advisor=advisor, seed=seed, **params)
+        sysname = system
+    else:
+        sysobj, sysname = system, getattr(system, "name", type(system).__name__)
+    try:
+        return _run(wl, sysobj, sysname, capacity, cm)
+    finally:
+        sysobj.close()
+
+
+def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int,
+         cm: CostModel) -> DataCacheResult:
+    hit_s = cm.hit_ms / 1000.0
+    miss_s = cm.miss_ms / 1000.0
+    bw = float(cm.remote_bw)
+    units = wl.units
+    bsize_of = wl.block_size_of
+    bunit_of = wl.block_unit_of
+    dense = isinstance(bsize_of, list)
+    nblocks = len(bsize_of)
+
+    store: dict[int, int] = {}  # resident block -> bytes
+    used = 0
+    inflight: dict[int, tuple[float, bool, float]] = {}  # block -> (arrival, is_prefetch, start)
+    arrivals: list[tuple[float, int, int]] = []  # (arrival, seq, block)
+    seq = 0
+    pslots = [0.0] * cm.prefetch_slots
+    pf_pending = 0
+    unread: set[int] = set()  # prefetched, resident or in flight, not read yet
+
+    hits = late = prefetched = pf_used = dropped = evictions = rejected = 0
+    remote = 0
+    io_wait = 0.0
+    on_access = system.on_access
+    tick = system.tick
+    observe = getattr(system, "observe_label", None)
+
+    def arrive(block: int, t: float, is_pf: bool) -> None:
+        nonlocal used, evictions, rejected, pf_pending
+        del inflight[block]
+        if is_pf:
+            pf_pending -= 1
+        if block in store:
+            return
+        size = bsize_of[block]
+        uname = units[bunit_of[block]]
+        if size > capacity or not system.admit(uname, block, size, used, t):
+            rejected += 1
+            unread.discard(block)
+            return
+        while used + size > capacity:
+            v = system.victim(t)
+            used -= store.pop(v)
+            evictions += 1
+            unread.discard(v)
+        store[block] = size
+        used += size
+        if system.on_insert(uname, block, size, t, is_pf) is False:
+            used -= store.pop(block)
+            unread.discard(block)
+
+    def drain(t: float) -> None:
+        while arrivals and arrivals[0][0] <= t:
+            at, _, b = heapq.heappop(arrivals)
+            fl = inflight.get(b)
+            if fl is not None and fl[0] == at:  # else superseded or already stored
+                arrive(b, at, fl[1])
+
+    phases: list[PhaseResult] = []
+    clock = 0.0
+    W = max(1, wl.workers)
+    for seg in wl.segments:
+        workers = [clock] * W
+        comp = seg.compute_s
+        comp_list = comp.tolist() if isinstance(comp, np.ndarray) else None
+        comp_const = float(comp) if comp_list is None else 0.0
+        seg_hits = 0
+        label = seg.pattern
+        if observe is not None:
+            observe(label if label in ("sequential", "random", "skewed") else None, clock)
+        for c0 in range(seg.start, seg.end, _CHUNK):
+            c1 = min(seg.end, c0 + _CHUNK)
+            # per-chunk Python lists: fast indexing without a list per column of the trace
+            ids = wl.obj_id[c0:c1].tolist()
+            sizes = wl.obj_size[c0:c1].tolist()
+            ucodes = wl.unit[c0:c1].tolist()
+            comps = comp_list[c0 - seg.start:c1 - seg.start] if comp_list else None
+            for j in range(c1 - c0):
+                now = heapq.heappop(workers)
+                if arrivals and arrivals[0][0] <= now:
+                    drain(now)
+                tick(now)
+                b = ids[j]
+                size = sizes[j]
+                if b in store:
+                    hit = True
+                    lat = hit_s
+                else:
+                    fl = inflight.get(b)
+                    if fl is not None and (not fl[1] or fl[2] <= now):
+                        # a fetch already on the wire: wait for the rest, then it is stored
+                        at, is_pf, _ = fl
+                        lat = at - now + hit_s
+                        arrive(b, now, is_pf)
+                        hit = is_pf
+                        if is_pf:
+                            late += 1
+                    else:
+                        if fl is not None:
+                            # a prefetch still queued behind others: the read does not wait
+                            # for the queue; it fetches on demand (the queued fetch is wasted)
+                            del inflight[b]
+                            pf_pending -= 1
+                            unread.discard(b)
+                        hit = False
+                        lat = miss_s + size / bw
+                        remote += size
+                        inflight[b] = (now + lat, False, now)
+                        seq += 1
+                        heapq.heappush(arrivals, (now + lat, seq, b))
+                if hit:
+                    hits += 1
+                    seg_hits += 1
+                if b in unread:
+                    unread.discard(b)
+                    pf_used += 1
+                # the system sees residency (a read joining a demand fetch uses the stored block)
+                pf = on_access(units[ucodes[j]], b, size, b in store, now)
+                if pf:
+                    for p in pf:
+                        if p in store or p in inflight:
+                            continue
+                        if dense:
+                            if not 0 <= p < nblocks:
+                                continue
+                            psize = bsize_of[p]  # type: ignore[index]
+                        else:
+                            psize = bsize_of.get(p)  # type: ignore[union-attr]
+                            if psize is None:
+                                continue
+                        if pf_pending >= cm.prefetch_inflight:
+                            dropped += 1
+                            continue
+                        start = heapq.heappop(pslots)
+                        if start < now:
+                            start = now
+                        done = start + miss_s + psize / bw
+                        heapq.heappush(pslots, done)
+                        inflight[p] = (done, True, start)
+                        seq += 1
+                        heapq.heappush(arrivals, (done, seq, p))
+                        pf_pending += 1
+                        prefetched += 1
+                        remote += psize
+                        unread.add(p)
+                io_wait += lat
+                heapq.heappush(workers, now + lat + (comps[j] if comps else comp_const))
+        end = max(workers) if workers else clock
+        n = seg.end - seg.start
+        phases.append(PhaseResult(seg.name, seg.pattern, n, seg_hits / n if n else 0.0, end - clock))
+        clock = end
+    st = system.stats()
+    n = len(wl)
+    calls = int(st.get("advisor_calls", 0))
+    return DataCacheResult(
+        system=sysname, workload=wl.name, cache_size_bytes=capacity, requests=n,
+        chr=hits / n if n else 0.0, jct_seconds=clock,
+        prefetch_accuracy=(pf_used / prefetched) if prefetched else None,
+        prefetched_blocks=prefetched, remote_bytes=remote, advisor_calls=calls,
+        advisor_tokens=int(st.get("advisor_tokens", 0)),
+        diagnosis_accuracy=st.get("diagnosis_accuracy"), switches=int(st.get("switches", 0)),
+        phases=phases, hits=hits, late_prefetch_reads=late, prefetch_dropped=dropped,
+        evictions=evictions, rejected=rejected, io_wait_seconds=io_wait,
+        extra={k: v for k, v in st.items() if k not in
+               ("advisor_calls", "advisor_tokens", "diagnosis_accuracy", "switches")},
+    )
+

@@ -1,0 +1,244 @@
+"""Chiron's controller: gating, asynchrony, early retry, reflection, and a read path that
+never waits on the advisor."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from aicache.adaptive.advisor.base import (
+    TRIGGER_CHR_ANOMALY,
+    Advice,
+    Advisor,
+    DiagnosisRequest,
+    ReviewContext,
+)
+from aicache.adaptive.controller import ChironParams, ChironSystem, ThreadRunner, VirtualDelayRunner
+from aicache.adaptive.executors import EagerEviction, make_executor
+
+
+class Scripted(Advisor):
+    """Answers from a script of (pattern, confidence) pairs; None = no advice."""
+
+    name = "scripted"
+
+    def __init__(self, answers: list[tuple[str, float] | None]) -> None:
+        super().__init__()
+        self.answers = list(answers)
+        self.requests: list[DiagnosisRequest] = []
+
+    def advise(self, request: DiagnosisRequest) -> Advice | None:
+        self.requests.append(request)
+        a = self.answers.pop(0) if self.answers else self.answers_default()
+        return None if a is None else Advice(a[0], a[1], input_tokens=100, output_tokens=10)
+
+    def answers_default(self) -> tuple[str, float]:
+        return ("sequential", 0.9)
+
+
+PARAMS = ChironParams(min_window=10, first_review_s=1.0, early_retry_s=2.0, routine_interval_s=30.0,
+                      reflection_interval_s=45.0, round_s=1.0, min_round_accesses=5, advisor_delay_s=0.0)
+
+
+def drive(sys: ChironSystem, t0: float, t1: float, dt: float = 0.1, hit: bool = False,
+          unit: str = "ds/f") -> float:
+    """Reads every ``dt`` seconds from t0 up to t1; returns the last time."""
+    t = t0
+    b = int(t0 * 1000)
+    while t < t1:
+        sys.tick(t)
+        if hit:  # make it resident first, so the hit is real
+            sys.on_insert(unit, b, 4096, t, False)
+        sys.on_access(unit, b, 4096, hit, t)
+        b += 1
+        t = round(t + dt, 6)
+    return t
+
+
+def pattern(sys: ChironSystem, unit: str = "ds") -> str:
+    return sys.units[unit].executor.pattern
+
+
+def test_switch_only_on_accepted_advice():
+    adv = Scripted([("random", 0.5), ("random", 0.69), ("random", 0.71)])
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS)
+    drive(sys, 0.0, 1.5)
+    assert len(adv.requests) == 1 and pattern(sys) == "default"  # 0.5 < tau: kept default
+    drive(sys, 1.5, 3.6)
+    assert len(adv.requests) == 2 and pattern(sys) == "default"  # 0.69 < 0.70
+    drive(sys, 3.6, 5.7)
+    assert len(adv.requests) == 3 and pattern(sys) == "random"  # 0.71 >= 0.70: adopted
+    st = sys.stats()
+    assert st["switches"] == 1 and st["advisor_calls"] == 3
+    assert st["advisor_tokens"] == 3 * 110
+
+
+def test_no_advice_never_switches_and_retries_early():
+    adv = Scripted([None, None, ("skewed", 0.95)])
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS)
+    drive(sys, 0.0, 5.7)
+    assert [r.context.trigger for r in adv.requests] == ["periodic retry"] * 3
+    assert pattern(sys) == "skewed"
+    assert sys.stats()["no_advice"] == 2
+
+
+def test_pending_diagnosis_never_changes_the_policy():
+    adv = Scripted([("random", 1.0)])
+    params = ChironParams(min_window=10, first_review_s=1.0, advisor_delay_s=20.0)
+    sys = ChironSystem(1 << 30, advisor=adv, params=params)
+    drive(sys, 0.0, 20.9)
+    assert len(adv.requests) == 1  # asked at t=1, answer due at t=21
+    assert pattern(sys) == "default"
+    drive(sys, 20.9, 21.2)
+    assert pattern(sys) == "random"
+
+
+class TimedRunner(VirtualDelayRunner):
+    """Records when each diagnosis was submitted."""
+
+    def __init__(self, advisor: Advisor) -> None:
+        super().__init__(advisor, 0.0)
+        self.times: list[float] = []
+
+    def submit(self, request: DiagnosisRequest, now: float) -> None:
+        self.times.append(now)
+        super().submit(request, now)
+
+
+def test_early_retry_after_rejection_then_routine_interval():
+    adv = Scripted([("random", 0.3), ("random", 0.9), ("random", 0.9)])
+    runner = TimedRunner(adv)
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS, runner=runner)
+    drive(sys, 0.0, 100.0, dt=0.1)
+    t = runner.times
+    # first review at 1 s; rejected -> early retry 2 s later; accepted -> routine 45 s later
+    # (reflection on); reads are every 0.1 s so a due review starts within 0.1 s
+    assert t[0] == pytest.approx(1.0, abs=0.11)
+    assert t[1] - t[0] == pytest.approx(2.0, abs=0.11)
+    assert t[2] - t[1] == pytest.approx(45.0, abs=0.11)
+    assert sys.units["ds"].scheduler.early_retries == 1
+
+
+def test_reflection_triggers_on_a_chr_jump_with_review_context():
+    adv = Scripted([("random", 0.9)] + [("random", 0.9)] * 5)
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS)
+    t = drive(sys, 0.0, 20.0, hit=False)  # stable CHR 0, one accepted diagnosis
+    assert [r.context.trigger for r in adv.requests] == ["periodic retry"]
+    drive(sys, t, 23.0, hit=True)  # CHR jumps to 1: |1 - H| >= theta
+    req = adv.requests[1]  # the first review after the jump
+    assert req.context.trigger == TRIGGER_CHR_ANOMALY
+    assert req.context.older_prefix_may_be_stale is True
+    assert req.context.previous_pattern == "random"
+    assert req.context.previous_state == "transition"
+    # without reflection the jump triggers nothing before the routine interval
+    adv2 = Scripted([("random", 0.9)] * 3)
+    sys2 = ChironSystem(1 << 30, advisor=adv2, params=ChironParams(
+        min_window=10, first_review_s=1.0, round_s=1.0, min_round_accesses=5, reflection=False,
+        advisor_delay_s=0.0))
+    t = drive(sys2, 0.0, 20.0)
+    drive(sys2, t, 23.0, hit=True)
+    assert all(r.context.trigger == "periodic retry" for r in adv2.requests) and len(adv2.requests) == 1
+
+
+def test_gate_off_adopts_low_confidence_advice():
+    adv = Scripted([("skewed", 0.2)])
+    sys = ChironSystem(1 << 30, advisor=adv, params=ChironParams(
+        min_window=10, first_review_s=1.0, gate=False, advisor_delay_s=0.0))
+    drive(sys, 0.0, 1.5)
+    assert pattern(sys) == "skewed"
+
+
+class Hanging(Advisor):
+    name = "hanging"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def advise(self, request: DiagnosisRequest) -> Advice | None:
+        self.entered.set()
+        self.release.wait(30)
+        return Advice("random", 1.0)
+
+
+def test_reads_never_wait_on_a_hanging_advisor():
+    adv = Hanging()
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS, runner=ThreadRunner(adv))
+    try:
+        t0 = time.perf_counter()
+        t = drive(sys, 0.0, 3.0, dt=0.001)  # 3000 reads, a diagnosis due at t=1
+        elapsed = time.perf_counter() - t0
+        assert adv.entered.wait(5)  # the advisor really is stuck inside advise()
+        assert elapsed < 2.0  # 3000 reads with the advisor hung: no read waited
+        assert pattern(sys) == "default"
+        adv.release.set()
+        deadline = time.perf_counter() + 5
+        while pattern(sys) != "random" and time.perf_counter() < deadline:
+            t = drive(sys, t, t + 0.01, dt=0.001)
+            time.sleep(0.01)
+        assert pattern(sys) == "random"  # the answer is applied on a later tick
+    finally:
+        adv.release.set()
+        sys.close()
+
+
+def test_virtual_runner_is_deterministic_and_delayed():
+    adv = Scripted([("random", 0.9)])
+    r = VirtualDelayRunner(adv, 1.5)
+    req = DiagnosisRequest("u", (1, 2, 3), {}, ReviewContext())
+    r.submit(req, 10.0)
+    assert r.poll(11.4) == [] and r.next_ready() == 11.5
+    [(got, advice)] = r.poll(11.5)
+    assert got is req and advice is not None and advice.pattern == "random"
+
+
+def test_switch_hands_over_resident_blocks_and_eager_evicts_read_blocks_first():
+    adv = Scripted([("sequential", 0.9)])
+    cap = 10 * 4096
+    sys = ChironSystem(cap, advisor=adv, params=PARAMS)
+    for b in range(5):  # blocks 0..4 read (demand) and stored
+        sys.tick(b * 0.1)
+        sys.on_access("ds/f", b, 4096, False, b * 0.1)
+        sys.on_insert("ds/f", b, 4096, b * 0.1, False)
+    sys.on_insert("ds/f", 99, 4096, 0.5, True)  # prefetched, unread
+    drive(sys, 0.6, 1.5)
+    assert pattern(sys) == "sequential"
+    ev = sys.units["ds"].executor.eviction
+    assert isinstance(ev, EagerEviction) and set(ev.keys()) == {0, 1, 2, 3, 4, 99}
+    victims = [sys.victim(2.0) for _ in range(6)]
+    assert victims[-1] == 99  # the unread prefetched block goes last
+    assert set(victims[:5]) == {0, 1, 2, 3, 4}
+
+
+def test_random_executor_rejects_when_full_and_skewed_is_lru():
+    import random
+
+    ex = make_executor("random", 100, random.Random(0))
+    assert ex.admit(10, 90) and not ex.admit(10, 91)
+    sk = make_executor("skewed", 100, random.Random(0))
+    for b in (1, 2, 3):
+        sk.on_insert(b, 1, 0.0, False)
+    sk.on_access("u", 1, 1, True, 1.0)
+    assert sk.eviction.victim(2.0) == 2
+
+
+def test_diagnosis_f1_and_prompt_token_counting():
+    from aicache.adaptive.advisor.statistical import StatisticalAdvisor
+    from aicache.adaptive.analyzer import analyze
+    from aicache.experiments.chiron import PromptCountingAdvisor, _f1, estimate_tokens
+
+    conf = {"random": {"random": 3, "skewed": 1}, "skewed": {"random": 1, "skewed": 5}}
+    assert _f1(conf, "random") == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))
+    assert _f1(conf, "skewed") == pytest.approx(2 * 5 / (2 * 5 + 1 + 1))
+    # { " p " : " random " , " c " : 0 . 9 }  -> 17 words/numbers/marks
+    assert estimate_tokens('{"p": "random", "c": 0.9}') == 17
+    window = tuple(range(0, 400, 2))
+    req = DiagnosisRequest("u", window, analyze(window), ReviewContext(recent_tail_length=100))
+    on = PromptCountingAdvisor(StatisticalAdvisor(), include_stats=True).advise(req)
+    off = PromptCountingAdvisor(StatisticalAdvisor(), include_stats=False).advise(req)
+    assert on is not None and off is not None and on.pattern == off.pattern == "sequential"
+    assert on.input_tokens > off.input_tokens > estimate_tokens(str(list(window)))
+    assert on.output_tokens == off.output_tokens > 0

@@ -1,0 +1,137 @@
+"""Prefetchers against hand-computed expectations and a plain reference for stride detection."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aicache.policies import PREFETCH
+from aicache.policies.prefetch.neighborhood import NeighborhoodPrefetcher
+from aicache.policies.prefetch.sfp import SFP128Prefetcher, SFPPrefetcher
+from aicache.policies.prefetch.stride import ReadaheadPrefetcher, StridePrefetcher
+
+
+def feed(p, blocks, unit="d"):
+    return [list(p.on_access(unit, b, False, float(i))) for i, b in enumerate(blocks)]
+
+
+def test_registry_names():
+    for name in ("stride", "stride-fixed", "readahead", "neighborhood", "sfp", "sfp-128"):
+        assert PREFETCH.get(name).name == name
+
+
+def test_unit_stride_then_one_new_block_per_access():
+    out = feed(StridePrefetcher(adaptive=False, depth=4), range(0, 8))
+    assert out[:3] == [[], [], []]  # three steps are needed as evidence (min_support=3)
+    assert out[3] == [4, 5, 6, 7]
+    assert out[4:] == [[8], [9], [10], [11]]  # the frontier avoids re-listing the window
+
+
+def test_negative_and_non_unit_strides():
+    out = feed(StridePrefetcher(adaptive=False, depth=3), [100, 97, 94, 91, 88])
+    assert out[3] == [88, 85, 82]
+    assert out[4] == [79]
+    out = feed(StridePrefetcher(adaptive=False, depth=2), [0, 2, 4, 6])
+    assert out[3] == [8, 10]
+    # a reverse walk near zero never asks for negative ids
+    out = feed(StridePrefetcher(adaptive=False, depth=4), [6, 5, 4, 3])
+    assert out[3] == [2, 1, 0]
+
+
+def test_jump_off_the_stride_resets_the_frontier():
+    p = StridePrefetcher(adaptive=False, depth=2)
+    feed(p, [0, 1, 2, 3])  # frontier at 5
+    # a new pass from 0: +1 still dominates the history (3 of 4 steps) and the stale
+    # frontier (5) must not suppress the blocks right after the jump
+    assert list(p.on_access("d", 0, False, 9.0)) == [1, 2]
+    assert list(p.on_access("d", 1, False, 10.0)) == [3]
+
+
+def _reference_dominant(deltas, min_support=3):
+    """Plain reference: the most common non-zero delta (latest on ties) if frequent enough."""
+    c = Counter(d for d in deltas if d)
+    if not c:
+        return 0
+    best = max(c.values())
+    cand = [d for d in reversed(deltas) if c.get(d) == best][0]
+    return cand if best >= max(min_support, (len(deltas) + 1) // 2) else 0
+
+
+@given(st.lists(st.integers(0, 60), min_size=2, max_size=40), st.integers(1, 4))
+def test_requests_follow_the_reference_step(blocks, depth):
+    """Whatever the sequence: a non-empty answer is a tail of ``b+s, …, b+depth*s`` for the
+    reference dominant step ``s`` (non-negative ids only), and none is given without one."""
+    p = StridePrefetcher(adaptive=False, depth=depth, history=8)
+    deltas: list[int] = []
+    for i, b in enumerate(blocks):
+        out = list(p.on_access("u", b, False, float(i)))
+        if i:
+            deltas.append(b - blocks[i - 1])
+        step = _reference_dominant(deltas[-8:])
+        if step == 0:
+            assert out == []
+            continue
+        full = [b + step * j for j in range(1, depth + 1) if b + step * j >= 0]
+        assert out == full[len(full) - len(out):]
+        if deltas[-1] != step:  # just jumped onto/along a new position: the full window
+            assert out == full
+
+
+def test_adaptive_depth_grows_on_use_and_halves_on_waste():
+    p = StridePrefetcher(adaptive=True, init_depth=4, max_depth=6)
+    for _ in range(5):
+        p.on_prefetch_used(0, 0.0)
+    assert p.depth == 6  # +1 per use, capped
+    p.on_prefetch_wasted(0, 0.0)
+    assert p.depth == 3
+    p.on_prefetch_wasted(0, 0.0)
+    p.on_prefetch_wasted(0, 0.0)
+    assert p.depth == 1  # never below min_depth
+    p.reset()
+    assert p.depth == 4
+
+
+def test_readahead_only_follows_unit_steps():
+    p = ReadaheadPrefetcher(init_depth=2)
+    assert feed(p, [0, 2, 4, 6]) == [[], [], [], []]
+    assert list(p.on_access("d", 7, False, 5.0)) == [8, 9]
+
+
+def test_neighborhood_on_miss_only():
+    p = NeighborhoodPrefetcher(after=2, before=1)
+    assert list(p.on_access("d", 10, True, 0.0)) == []
+    assert list(p.on_access("d", 10, False, 0.0)) == [11, 9, 12]
+    assert list(NeighborhoodPrefetcher(after=1, before=3).on_access("d", 1, False, 0.0)) == [2, 0]
+
+
+def test_sfp_markov_table_and_prediction():
+    # files: a = blocks 0-1, b = 2-4, c = 5, d = 6; order a b a c a b
+    p = SFPPrefetcher(init_window=16, successors=2)
+    seq = [("a", 0), ("a", 1), ("b", 2), ("b", 3), ("b", 4), ("a", 0), ("c", 5), ("a", 0), ("b", 2)]
+    outs = [list(p.on_access(f, b, False, 0.0)) for f, b in seq]
+    # hand-computed table: a->b twice, a->c once, b->a once, c->a once
+    assert p.table == {"a": {"b": 2, "c": 1}, "b": {"a": 1}, "c": {"a": 1}}
+    assert p.predict("a") == ["b", "c"]
+    # entering a (3rd time, from c): rest of a (block 1), then b's blocks 2-4, then c's block 5
+    assert outs[7] == [1, 2, 3, 4, 5]
+    # first visit of a: nothing learned yet
+    assert outs[0] == []
+    # reading inside a file does not re-trigger
+    assert outs[1] == []
+
+
+def test_sfp_ties_by_first_observation_and_window():
+    p = SFPPrefetcher(init_window=2, successors=2)
+    for f, b in [("x", 0), ("y", 1), ("x", 0), ("z", 2), ("x", 0)]:
+        out = list(p.on_access(f, b, False, 0.0))
+    assert p.predict("x") == ["y", "z"]  # 1-1 tie: y was seen first
+    assert out == [1, 2]  # window of 2 blocks
+    p.on_prefetch_wasted(1, 0.0)
+    assert p.window == 1
+    q = SFP128Prefetcher(init_window=200)
+    assert q.window == 128
+    for _ in range(10):
+        q.on_prefetch_used(0, 0.0)
+    assert q.window == 128
