@@ -33,6 +33,12 @@ Decisions (where the seed is silent):
 * A block that cannot get DRAM (everything pinned) is simply not cached in DRAM.
 * Writes complete instantly in the index (the real store keeps the DRAM copy readable
   until its write finishes); the coordinator models reads only.
+* One call's :class:`Moves` is net, because a driver applies it only after the call: a
+  block whose SSD copy the call dropped and then re-admits is *kept* (its bytes never
+  left the device — ``stats.ssd_keeps``, not a write), and a block written and then
+  dropped within the call is never written (``stats.ssd_writes_withdrawn``). So the
+  simulator's ``ssd_write_bytes`` are exactly the bytes a real store writes. LRU order
+  and capacity are those of a rewrite, so hits do not depend on this.
 """
 
 from __future__ import annotations
@@ -336,6 +342,8 @@ class Moves:
     ``ssd_writes``: copy the node's objects DRAM→SSD (``prewrites`` ⊆ those, started
     while the block stays in DRAM); ``dram_inserts``: keep the HBM copy in DRAM;
     ``promotions`` ⊆ dram_inserts; ``dram_drops`` / ``ssd_drops``: free those copies.
+    Net: ``ssd_writes`` and ``ssd_drops`` never share a node (see :meth:`KVIndex._ssd_write`
+    and :meth:`KVIndex.drop_ssd`), so a driver may apply them in any order.
     """
 
     ssd_writes: list[RadixNode] = field(default_factory=list)
@@ -363,6 +371,13 @@ class IndexStats:
     promotions: int = 0
     promotions_blocked: int = 0
     dram_store_failures: int = 0
+    #: re-admissions of a block whose SSD copy this same call had dropped: its bytes were
+    #: never freed (the driver applies one call's Moves at once), so it is kept, not written
+    ssd_keeps: int = 0
+    ssd_keep_bytes: int = 0
+    #: SSD writes cancelled because the same call dropped the copy again before the
+    #: driver could write it (tiny SSD, long prompt)
+    ssd_writes_withdrawn: int = 0
 
 
 @dataclass(frozen=True)
@@ -407,6 +422,11 @@ class KVIndex:
         self.stats = IndexStats()
         self.rule = params.admission
         self.prom = params.promotion
+        # SSD copies dropped / written by the call whose Moves is ``_op_moves`` (not yet
+        # applied by the driver); see :meth:`_ssd_write` and :meth:`drop_ssd`
+        self._op_moves: Moves | None = None
+        self._op_dropped: set[RadixNode] = set()
+        self._op_written: set[RadixNode] = set()
 
     # ------------------------------------------------------------------ helpers
     def size(self, node: RadixNode) -> int:
@@ -667,6 +687,16 @@ class KVIndex:
         moves.dram_drops.append(n)
 
     def _ssd_write(self, n: RadixNode, now: float, moves: Moves) -> bool:
+        """Admit ``n`` to SSD (making room by SSD LRU). True when a write was issued.
+
+        A block whose SSD copy was dropped earlier in the *same* call (same ``moves``) is
+        still physically on the device: a driver frees copies only when it applies the
+        call's Moves. Writing it again would be pure drive wear, so it is *kept*: its
+        drop is withdrawn from ``moves.ssd_drops``, it is re-linked at the MRU end (as a
+        write would be) and counted in ``stats.ssd_keeps``, not ``ssd_writes``; False is
+        returned. Capacity and LRU order are exactly those of a rewrite, so hits do not
+        change — only the writes the simulator counts and the store performs, which
+        therefore agree byte for byte."""
         size = self.size(n)
         cap = self.ssd_capacity
         if size > cap:
@@ -687,20 +717,55 @@ class KVIndex:
         if n.has_ckpt:
             self.tree.set_location(n, _CK, Tier.SSD, True)
         st = self.stats
+        self._scope(moves)
+        if n in self._op_dropped:
+            self._op_dropped.discard(n)
+            moves.ssd_drops.remove(n)
+            st.ssd_evictions -= 1
+            st.ssd_keeps += 1
+            st.ssd_keep_bytes += size
+            return False
+        self._op_written.add(n)
         st.ssd_writes += 1
         st.ssd_write_bytes += size
         moves.ssd_writes.append(n)
         return True
 
+    def _scope(self, moves: Moves) -> None:
+        """One driver call = one Moves: a new Moves means the previous one was applied."""
+        if moves is not self._op_moves:
+            self._op_moves = moves
+            self._op_dropped.clear()
+            self._op_written.clear()
+
     def drop_ssd(self, n: RadixNode, moves: Moves) -> None:
-        """Free ``n``'s SSD copy (SSD capacity eviction); its metadata stays."""
+        """Free ``n``'s SSD copy (SSD capacity eviction); its metadata stays.
+
+        A copy written earlier in this same call never reached the device (the driver has
+        not applied the Moves yet): the write is withdrawn instead — it leaves
+        ``moves.ssd_writes`` / ``prewrites`` and the write counters — so every write the
+        index counts is one the driver performs."""
+        size = self.size(n)
         del self.ssd_lru[n]
-        self.ssd_used -= self.size(n)
+        self.ssd_used -= size
         self.tree.set_location(n, _KV, Tier.SSD, False)
         if n.has_ckpt:
             self.tree.set_location(n, _CK, Tier.SSD, False)
-        self.stats.ssd_evictions += 1
+        st = self.stats
+        self._scope(moves)
+        if n in self._op_written:
+            self._op_written.discard(n)
+            moves.ssd_writes.remove(n)
+            st.ssd_writes -= 1
+            st.ssd_write_bytes -= size
+            if n in moves.prewrites:
+                moves.prewrites.remove(n)
+                st.prewrites -= 1
+            st.ssd_writes_withdrawn += 1
+            return
+        st.ssd_evictions += 1
         moves.ssd_drops.append(n)
+        self._op_dropped.add(n)
 
 
 @dataclass(slots=True)

@@ -22,9 +22,12 @@ SSD I/O runs in :class:`~aicache.kvstore.ssd.SlabStore`'s thread pool.
 
 Accounting. A fixed-slot pool spends a whole slot on a partial last block, so the store
 drives a :class:`SlotKVIndex` that charges every block a full slot (``KVIndex.size`` is
-the only override). On block-aligned prompts this is exactly the simulator's accounting;
-otherwise the store is conservative. DRAM and SSD budgets are byte budgets: slots are
-``budget // slot size`` and the slab files never exceed the SSD budget.
+the only override). On block-aligned prompts this is exactly the simulator's accounting
+and the two agree exactly on SSD bytes written, hits per tier and CHAR; with partial last
+blocks the store is conservative (fewer blocks fit) and agrees exactly with a simulator
+driving ``SlotKVIndex`` instead (``tests/test_kvstore_vs_sim.py``). DRAM and SSD budgets
+are byte budgets: slots are ``budget // slot size`` and the slab files never exceed the SSD
+budget.
 
 Restart. Opening a directory rebuilds the index from the slab headers: every recovered
 chain that reaches a root is re-inserted with its SSD copy and its E/R counters; blocks
@@ -131,8 +134,6 @@ class StoreCounters:
     stores: int = 0
     stored_blocks: int = 0
     admissions_stopped: bool = False
-    ssd_writes_elided: int = 0
-    ssd_bytes_elided: int = 0
 
 
 def _as_u8(buf: Any, writable: bool) -> np.ndarray:
@@ -494,15 +495,6 @@ class TieredKVStore:
         if not touched:
             return
         dslot, sslot = self._dslot, self._sslot
-        if moves.ssd_drops and moves.ssd_writes:
-            # dropped and re-admitted within one call: the index counts a write, but the
-            # block's bytes are still in place on the device — keep them (endurance)
-            dropped = set(moves.ssd_drops)
-            c = self.counters
-            for n in moves.ssd_writes:
-                if n in dropped and n in sslot and n.kv_loc & _SSD:
-                    c.ssd_writes_elided += 1
-                    c.ssd_bytes_elided += n.tokens * self.kv_bpt
         staged: dict[RadixNode, np.ndarray] = {}
         for n in touched:  # bytes that only the SSD holds: read before any slot is freed
             if n.kv_loc & _DRAM and n not in dslot and n not in payload_of:
@@ -657,7 +649,7 @@ class TieredKVStore:
             "dram_slots_used": len(self._dslot), "dram_evictions": st.dram_evictions,
             "promotions": st.promotions, "prewrites": st.prewrites,
             "admissions_stopped": c.admissions_stopped,
-            "ssd_writes_elided": c.ssd_writes_elided, "ssd_bytes_elided": c.ssd_bytes_elided,
+            "ssd_keeps": st.ssd_keeps, "ssd_keep_bytes": st.ssd_keep_bytes,
         }
         if self.ssd is not None:
             s = self.ssd.stats

@@ -489,6 +489,10 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
                                     if ssd_cap and duration > 0 else 0.0),
         "ssd_write_blocks": int(st.ssd_writes),
         "ssd_prewrites": int(st.prewrites),
+        # re-admissions of a copy dropped in the same call: kept on the device, not written
+        "ssd_keep_blocks": int(st.ssd_keeps),
+        "ssd_keep_bytes": int(st.ssd_keep_bytes),
+        "ssd_writes_withdrawn": int(st.ssd_writes_withdrawn),
         "ssd_read_blocks": int(st.ssd_reads),
         "ssd_writes_never_read_frac": (1.0 - read_copies / st.ssd_writes) if st.ssd_writes else None,
         "ssd_reads_per_write": st.ssd_reads / st.ssd_writes if st.ssd_writes else None,
