@@ -46,7 +46,7 @@ def emit(result: Mapping[str, Any], *, as_json: bool, title: str = "") -> None:
         if isinstance(v, list) and v and isinstance(v[0], Mapping):
             continue
         table.add_row(str(k), _fmt(v))
-    Console().print(table)
+    console().print(table)
     for k, v in result.items():
         if isinstance(v, list) and v and isinstance(v[0], Mapping):
             print_rows(v, title=str(k))
@@ -65,7 +65,15 @@ def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> None:
         table.add_column(str(c))
     for r in rows:
         table.add_row(*[_fmt(r.get(c)) for c in cols])
-    Console().print(table)
+    console().print(table)
+
+
+def console() -> Any:
+    """The stdout console. Piped output (CI logs, ``| tee``) gets a wide fixed width instead
+    of rich's 80 columns, so tables are not squeezed into unreadable wrapped cells."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _fmt(v: Any) -> str:
