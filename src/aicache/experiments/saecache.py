@@ -1,0 +1,431 @@
+"""SAECache experiments (seed 004): capacity sweep, mismatch, ablation, overhead, and
+SAECache as SARIA's DRAM order.
+
+Evaluation seeds (1, 2, 3) differ from the seed the policy was developed on (0); the
+mismatch experiment fits its fixed parameters on seed 100. No parameter of the policy is
+set per workload.
+
+TTFT model: the prefill throughput of each cell is set so that serving every prompt
+*uncached* would load the server to ``OFFERED_LOAD`` (1.0: without a cache it would just
+saturate); the cache's token hit ratio then decides the real load and queueing, so TTFT
+gains compound hit-ratio gains the way they do on a busy server. The token hit ratio does
+not depend on this setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+
+WORKLOADS = ("chat", "arena", "tool", "mix")
+POLICIES = ("saecache", "lru", "lpc", "lfu", "s3fifo", "sieve", "belady")
+OFFERED_LOAD = 1.0
+SEEDS = (1, 2, 3)
+
+
+@lru_cache(maxsize=8)
+def _requests(workload: str, sessions: int, seed: int) -> tuple[list[Any], str]:
+    from aicache.sim.prefix import load_requests
+
+    return load_requests(workload=workload, sessions=sessions, seed=seed)
+
+
+def _throughput(reqs: Sequence[Any]) -> float:
+    """Prefill throughput that puts the uncached offered load at ``OFFERED_LOAD``, measured
+    over the middle half of the requests (the steady state: generated traces ramp up as
+    sessions start and trail off as the last sessions end)."""
+    n = len(reqs)
+    lo, hi = n // 4, max(n // 4 + 1, (3 * n) // 4)
+    span = max(1.0, reqs[hi - 1].timestamp - reqs[lo].timestamp)
+    return max(1.0, sum(r.input_length for r in reqs[lo:hi]) / span / OFFERED_LOAD)
+
+
+def run_prefix(workload: str, sessions: int, seed: int, policy: str, capacity_pct: float,
+               policy_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One prefix-cache replay; the metrics dict of :class:`PrefixResult`."""
+    from aicache.sim.prefix import PrefixSimParams, simulate
+
+    reqs, labels = _requests(workload, sessions, seed)
+    res = simulate(reqs, policy, f"{capacity_pct}%", seed=seed, labels=labels,
+                   params=PrefixSimParams(prefill_tokens_per_s=_throughput(reqs)),
+                   policy_params=policy_params)
+    out = res.to_dict()
+    out.pop("policy")
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _by(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...], y: str) -> dict[tuple[Any, ...], float]:
+    acc: dict[tuple[Any, ...], list[float]] = {}
+    for r in rows:
+        if isinstance(r.get(y), (int, float)):
+            acc.setdefault(tuple(r[k] for k in keys), []).append(float(r[y]))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+class Capacity(Experiment):
+    name = "saecache-capacity"
+    title = "SAECache: token hit ratio and TTFT vs capacity, every policy, four workloads"
+    reproduces = "SAECache seed: CHR and TTFT vs LRU / LPC (Sec. evaluation)"
+    full_wall_time = "about 5 min on 2 cores (336 cells, measured 307 s)"
+
+    FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "arena": 3000, "tool": 300, "mix": 1000},
+                                      "capacities": (5, 10, 20, 30), "seeds": SEEDS}
+    QUICK: ClassVar[dict[str, Any]] = {"sessions": {"chat": 150, "arena": 300, "tool": 40, "mix": 150},
+                                       "capacities": (10, 30), "seeds": (1,)}
+
+    def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
+        g = self.QUICK if quick else self.FULL
+        return [{"workload": w, "sessions": g["sessions"][w], "seed": s, "capacity_pct": c,
+                 "policy": p}
+                for w in WORKLOADS for s in g["seeds"] for c in g["capacities"] for p in POLICIES]
+
+    @staticmethod
+    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
+        return run_prefix(params["workload"], int(params["sessions"]), int(params["seed"]),
+                          params["policy"], float(params["capacity_pct"]))
+
+    def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import line_chart
+
+        ok = [r for r in rows if "token_hit_ratio" in r]
+        figs = []
+        for w in WORKLOADS:
+            sub = [r for r in ok if r["workload"] == w]
+            if not sub:
+                continue
+            figs.append(Figure(line_chart(sub, x="capacity_pct", y="token_hit_ratio", hue="policy",
+                                          path=Path(outdir) / f"saecache_chr_{w}.png",
+                                          title=f"Token hit ratio: {w}", ylabel="token hit ratio",
+                                          xlabel="capacity (% of working set)"),
+                               f"Token hit ratio vs capacity on {w} (mean over seeds)."))
+            figs.append(Figure(line_chart(sub, x="capacity_pct", y="ttft_mean_s", hue="policy",
+                                          path=Path(outdir) / f"saecache_ttft_{w}.png",
+                                          title=f"Mean TTFT: {w}", ylabel="TTFT (s)",
+                                          xlabel="capacity (% of working set)", logy=True),
+                               f"Mean TTFT vs capacity on {w} (offered load {OFFERED_LOAD} uncached)."))
+        chr_ = _by(ok, ("workload", "capacity_pct", "policy"), "token_hit_ratio")
+        ttft = _by(ok, ("workload", "capacity_pct", "policy"), "ttft_mean_s")
+        table = []
+        gains: dict[str, list[float]] = {}
+        for (w, c, p), v in sorted(chr_.items()):
+            if p != "saecache":
+                continue
+            lru, lpc = chr_.get((w, c, "lru")), chr_.get((w, c, "lpc"))
+            best = max(x for x in (lru, lpc) if x is not None) if (lru or lpc) else None
+            bel = chr_.get((w, c, "belady"))
+            gain = 100 * (v - best) if best is not None else None
+            if gain is not None and 10 <= c <= 30:  # the goal's capacity range
+                gains.setdefault(w, []).append(gain)
+            t_l = ttft.get((w, c, "lru"))
+            table.append({"workload": w, "capacity %": c, "SAECache CHR": v, "LRU": lru, "LPC": lpc,
+                          "gain vs best(LRU,LPC) pts": gain,
+                          "Belady headroom pts": 100 * (bel - best) if bel is not None and best is not None else None,
+                          "TTFT LRU/SAECache": (t_l / ttft[(w, c, p)]) if t_l and ttft.get((w, c, p)) else None})
+        goals = []
+        for w in ("chat", "tool", "mix"):
+            if w in gains:
+                goals.append({"goal": f"{w}: CHR ≥ best(LRU, LPC) + 4.8 points at 10–30% capacity",
+                              "met": min(gains[w]) >= 4.8,
+                              "value": f"gain {min(gains[w]):.2f}…{max(gains[w]):.2f} pts"})
+        if "arena" in gains:
+            arena = [100 * (chr_[(w, c, "saecache")] - chr_[(w, c, "lru")])
+                     for (w, c, p) in chr_ if w == "arena" and p == "lru" and (w, c, "saecache") in chr_
+                     and 10 <= c <= 30]
+            goals.append({"goal": "arena (single-turn): CHR no more than 0.5 points below LRU",
+                          "met": all(d >= -0.5 for d in arena),
+                          "value": f"SAECache − LRU: {min(arena):+.2f}…{max(arena):+.2f} pts"})
+        policies = [p for p in POLICIES if any(k[2] == p for k in chr_)]
+        overview = [{"policy": p, **{w: _mean([v for (ww, _, pp), v in chr_.items() if ww == w and pp == p])
+                                     for w in WORKLOADS}} for p in policies]
+        return ReportSection(
+            title=self.title,
+            description=("Prefix cache over generated chat (ShareGPT/LMSys-like), arena, tool "
+                         "(BFCL-like) and shifting-mix workloads; capacity as % of the working "
+                         "set (prompt + decoded blocks). Seeds 1–3 (the policy was developed "
+                         "on seed 0). Belady is shown as a reference bound: with variable block "
+                         "sizes and prefix dependence it is a strong heuristic, not a strict "
+                         "optimum."),
+            figures=figs,
+            tables=[Table("SAECache vs the best of LRU and LPC", table,
+                          note="gain in token-hit-ratio points; Belady headroom = Belady − best(LRU, LPC)"),
+                    Table("Mean token hit ratio over capacities and seeds", overview)],
+            published=[{"metric": "CHR gain vs best(LRU, LPC)", "seed": "+4.8 … +5.9 points"},
+                       {"metric": "TTFT vs production baselines", "seed": "1.4× … 2.7× better"}],
+            goals=goals)
+
+
+class Mismatch(Experiment):
+    name = "saecache-mismatch"
+    title = "SAECache under workload mismatch: fixed parameters vs online learning"
+    reproduces = "SAECache seed: fixed-parameter policies lose up to 2.7× TTFT under mismatch"
+    full_wall_time = "about 1.5 min on 2 cores (24 cells)"
+
+    FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "tool": 300, "mix": 1000},
+                                      "seeds": (1, 2), "capacity": 10}
+    QUICK: ClassVar[dict[str, Any]] = {"sessions": {"chat": 150, "tool": 40, "mix": 150},
+                                       "seeds": (1,), "capacity": 10}
+    FIT_SEED: ClassVar[int] = 100
+
+    def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
+        g = self.QUICK if quick else self.FULL
+        out: list[dict[str, Any]] = []
+        wl = tuple(g["sessions"])
+        for run_on in wl:
+            for seed in g["seeds"]:
+                base = {"run_on": run_on, "seed": seed, "capacity_pct": g["capacity"],
+                        "sessions": g["sessions"][run_on]}
+                out.append({**base, "mode": "online", "fit_on": "-", "fit_sessions": 0})
+                for fit_on in wl:
+                    out.append({**base, "mode": "fixed", "fit_on": fit_on,
+                                "fit_sessions": g["sessions"][fit_on]})
+        return out
+
+    @staticmethod
+    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
+        from aicache.kv.saecache import SAECache
+        from aicache.sim.prefix import simulate
+
+        cap = float(params["capacity_pct"])
+        pp: dict[str, Any] = {}
+        if params["mode"] == "fixed":
+            freqs, _ = _requests(params["fit_on"], int(params["fit_sessions"]), Mismatch.FIT_SEED)
+            fit = SAECache(1)
+            simulate(freqs, fit, f"{cap}%", seed=Mismatch.FIT_SEED)
+            pp = {"state": fit.export_state(), "learn": False}
+        out = run_prefix(params["run_on"], int(params["sessions"]), int(params["seed"]),
+                         "saecache", cap, policy_params=pp)
+        return out
+
+    def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
+        ok = [dict(r, variant=("online" if r["mode"] == "online" else f"fixed:{r['fit_on']}"))
+              for r in rows if "ttft_mean_s" in r]
+        figs = [Figure(bar_chart(ok, x="run_on", y="ttft_mean_s", hue="variant",
+                                 path=Path(outdir) / "saecache_mismatch_ttft.png",
+                                 title="TTFT: online vs fixed parameters", ylabel="mean TTFT (s)",
+                                 xlabel="workload run on"),
+                       "Mean TTFT of SAECache with parameters fitted on another workload (fixed) "
+                       "vs learning online.")]
+        t = _by(ok, ("run_on", "variant"), "ttft_mean_s")
+        h = _by(ok, ("run_on", "variant"), "token_hit_ratio")
+        table = []
+        online_loss, fixed_loss = [], []
+        for run_on in sorted({k[0] for k in t}):
+            matched = t.get((run_on, f"fixed:{run_on}"))
+            on = t.get((run_on, "online"))
+            worst = max((v for (w, var), v in t.items() if w == run_on and var.startswith("fixed:")),
+                        default=None)
+            if matched and on:
+                online_loss.append(on / matched - 1)
+            if matched and worst:
+                fixed_loss.append(worst / matched - 1)
+            for (w, var), v in sorted(t.items()):
+                if w == run_on:
+                    table.append({"run on": w, "variant": var, "ttft_mean_s": v,
+                                  "token_hit_ratio": h.get((w, var)),
+                                  "TTFT / matched fixed": v / matched if matched else None})
+        goals = []
+        if online_loss:
+            goals.append({"goal": "online SAECache loses ≤ 5% TTFT vs parameters fitted on the same workload",
+                          "met": max(online_loss) <= 0.05,
+                          "value": f"worst online loss {100 * max(online_loss):+.1f}%"})
+        if fixed_loss and online_loss:
+            goals.append({"goal": "fixed parameters fitted on another workload lose more than online",
+                          "met": max(fixed_loss) > max(online_loss),
+                          "value": f"worst mismatched-fixed loss {100 * max(fixed_loss):+.1f}%"})
+        return ReportSection(
+            title=self.title,
+            description=("Fixed = every learned quantity (token-type weights, μ/σ, γ, α, the "
+                         "continuation predictor) taken from a run on the fit workload (seed "
+                         f"{self.FIT_SEED}) and frozen; online = learning from scratch."),
+            figures=figs, tables=[Table("TTFT and hit ratio by variant", table)],
+            published=[{"metric": "fixed-parameter TTFT loss under mismatch", "seed": "up to 2.7×"}],
+            goals=goals)
+
+
+ABLATIONS: dict[str, dict[str, bool]] = {
+    "full": {},
+    "no token-type weights": {"token_types": False},
+    "no queue weights": {"queue_weights": False},
+    "no log-normal timing": {"lognormal": False},
+    "no position decay": {"position": False},
+}
+
+
+class Ablation(Experiment):
+    name = "saecache-ablation"
+    title = "SAECache ablation: each factor of the priority switched off"
+    reproduces = "SAECache seed: ablations (+23% types, +39% queue weights, +14% timing, +12% position)"
+    full_wall_time = "about 1.5 min on 2 cores (60 cells)"
+
+    FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "tool": 300, "mix": 1000},
+                                      "seeds": (1, 2), "capacities": (10, 20)}
+    QUICK: ClassVar[dict[str, Any]] = {"sessions": {"chat": 150, "tool": 40, "mix": 150},
+                                       "seeds": (1,), "capacities": (10,)}
+
+    def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
+        g = self.QUICK if quick else self.FULL
+        return [{"workload": w, "sessions": n, "seed": s, "capacity_pct": c, "variant": v}
+                for w, n in g["sessions"].items() for s in g["seeds"] for c in g["capacities"]
+                for v in ABLATIONS]
+
+    @staticmethod
+    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
+        return run_prefix(params["workload"], int(params["sessions"]), int(params["seed"]),
+                          "saecache", float(params["capacity_pct"]),
+                          policy_params=ABLATIONS[params["variant"]])
+
+    def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
+        ok = [r for r in rows if "token_hit_ratio" in r]
+        figs = [Figure(bar_chart(ok, x="workload", y="token_hit_ratio", hue="variant",
+                                 path=Path(outdir) / "saecache_ablation.png",
+                                 title="SAECache ablation", ylabel="token hit ratio"),
+                       "Token hit ratio with one factor of P switched off (mean over seeds/capacities).")]
+        h = _by(ok, ("workload", "variant"), "token_hit_ratio")
+        t = _by(ok, ("workload", "variant"), "ttft_mean_s")
+        table = []
+        for (w, v), x in sorted(h.items()):
+            full = h.get((w, "full"))
+            tf = t.get((w, "full"))
+            table.append({"workload": w, "variant": v, "token_hit_ratio": x,
+                          "CHR change of full vs this (pts)": 100 * (full - x) if full is not None else None,
+                          "TTFT this / full": t[(w, v)] / tf if tf else None})
+        return ReportSection(
+            title=self.title,
+            description="Positive 'change' = the factor helps (full SAECache is better without removing it).",
+            figures=figs, tables=[Table("Ablation", table)],
+            published=[{"factor": "token-type weights", "seed": "+23%"},
+                       {"factor": "adaptive queue weights", "seed": "+39%"},
+                       {"factor": "log-normal timing", "seed": "+14%"},
+                       {"factor": "position decay", "seed": "+12%"}])
+
+
+class Overhead(Experiment):
+    name = "saecache-overhead"
+    title = "SAECache per-decision cost vs LRU and the other policies"
+    reproduces = "SAECache seed: predictor/policy overhead (8.8× LPC's throughput claim)"
+    full_wall_time = "about 1.5 min, run it with --workers 1 (timing)"
+
+    FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "arena": 3000, "tool": 300, "mix": 1000},
+                                      "repeats": 3}
+    QUICK: ClassVar[dict[str, Any]] = {"sessions": {"chat": 150, "arena": 300, "tool": 40, "mix": 150},
+                                       "repeats": 1}
+
+    def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
+        g = self.QUICK if quick else self.FULL
+        return [{"workload": w, "sessions": n, "seed": 1, "capacity_pct": 10, "policy": p,
+                 "repeats": g["repeats"]}
+                for w, n in g["sessions"].items() for p in POLICIES]
+
+    @staticmethod
+    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
+        """Wall time of the whole replay (simulator + policy), best of ``repeats`` runs; a
+        decision is one policy call (hit, insert or victim). Timing numbers are not
+        deterministic; everything else is."""
+        best: dict[str, Any] | None = None
+        for _ in range(int(params["repeats"])):
+            out = run_prefix(params["workload"], int(params["sessions"]), int(params["seed"]),
+                             params["policy"], float(params["capacity_pct"]))
+            if best is None or out["wall_seconds"] < best["wall_seconds"]:
+                best = out
+        assert best is not None
+        best["us_per_decision"] = 1e6 * best["wall_seconds"] / max(1, best["decisions"])
+        return best
+
+    def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
+        ok = [r for r in rows if "us_per_decision" in r]
+        figs = [Figure(bar_chart(ok, x="workload", y="us_per_decision", hue="policy",
+                                 path=Path(outdir) / "saecache_overhead.png",
+                                 title="Cost per decision", ylabel="µs per decision (replay)"),
+                       "Replay wall time per policy decision (simulator included, best of repeats).")]
+        us = _by(ok, ("workload", "policy"), "us_per_decision")
+        table = []
+        ratios = []
+        for (w, p), v in sorted(us.items()):
+            l = us.get((w, "lru"))
+            r = v / l if l else None
+            if p == "saecache" and r is not None:
+                ratios.append(r)
+            table.append({"workload": w, "policy": p, "µs/decision": v,
+                          "decisions/s": 1e6 / v if v else None, "× LRU": r})
+        goals = []
+        if ratios:
+            goals.append({"goal": "SAECache per-decision cost ≤ 3× LRU", "met": max(ratios) <= 3.0,
+                          "value": f"{min(ratios):.2f}×…{max(ratios):.2f}× LRU"})
+        return ReportSection(
+            title=self.title,
+            description=("Cost per decision of the whole replay (the simulator's own work per "
+                         "block is shared by every policy). SAECache's predictor runs once per "
+                         "first request, not per block."),
+            figures=figs, tables=[Table("Per-decision cost", table)], goals=goals)
+
+
+class SariaSAECache(Experiment):
+    name = "saria-saecache"
+    title = "SARIA with SAECache vs LRU as its DRAM eviction order (agent workload)"
+    reproduces = "combination beyond the seeds: SARIA tiering + SAECache ordering"
+    full_wall_time = "about 2 min on 2 cores (8 cells)"
+
+    FULL: ClassVar[dict[str, Any]] = {"sessions": 120, "seeds": (1, 2), "dram_tokens": (500_000, 2_000_000)}
+    QUICK: ClassVar[dict[str, Any]] = {"sessions": 15, "seeds": (1,), "dram_tokens": (200_000,)}
+
+    def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
+        g = self.QUICK if quick else self.FULL
+        return [{"workload": "agent", "sessions": g["sessions"], "seed": s, "dram_tokens": d,
+                 "dram_policy": p}
+                for s in g["seeds"] for d in g["dram_tokens"] for p in ("lru", "saecache")]
+
+    @staticmethod
+    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
+        from aicache.sim.kv import KVSimParams, simulate_kv
+        from aicache.traces.gen import SESSIONS
+
+        reqs = list(SESSIONS.get(params["workload"])(sessions=int(params["sessions"]),
+                                                      seed=int(params["seed"])))
+        d = int(params["dram_tokens"])
+        t0 = time.perf_counter()
+        res = simulate_kv(copy.deepcopy(reqs), KVSimParams(
+            system="saria", dram_policy=params["dram_policy"], dram_tokens=d, ssd_tokens=10 * d,
+            seed=int(params["seed"])))
+        m = dict(res.metrics)
+        keep = ("char", "ttft_mean_s", "ttft_p90_s", "ssd_write_bytes", "ssd_writes_norm",
+                "dram_evictions", "requests")
+        out = {k: m[k] for k in keep if k in m}
+        out["wall_seconds"] = time.perf_counter() - t0
+        return out
+
+    def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
+        ok = [r for r in rows if "char" in r]
+        figs = [Figure(bar_chart(ok, x="dram_tokens", y=y, hue="dram_policy",
+                                 path=Path(outdir) / f"saria_saecache_{y}.png",
+                                 title=f"SARIA + DRAM order: {y}", ylabel=y, xlabel="DRAM tokens"),
+                       f"{y} of SARIA with LRU vs SAECache ordering DRAM (agent).")
+                for y in ("char", "ttft_mean_s", "ssd_write_bytes")]
+        table = []
+        for key, v in sorted(_by(ok, ("dram_tokens", "dram_policy"), "char").items()):
+            d, p = key
+            sub = [r for r in ok if r["dram_tokens"] == d and r["dram_policy"] == p]
+            table.append({"dram_tokens": d, "dram_policy": p, "CHAR": v,
+                          "ttft_mean_s": _mean([r["ttft_mean_s"] for r in sub]),
+                          "ssd_write_bytes": _mean([r["ssd_write_bytes"] for r in sub])})
+        return ReportSection(title=self.title,
+                             description=("SARIA's admission, promotion and coordinator unchanged; "
+                                          "only the DRAM eviction order differs."),
+                             figures=figs, tables=[Table("SARIA + LRU vs SARIA + SAECache", table)])

@@ -1,0 +1,628 @@
+"""SAECache: semantic-adaptive eviction for prefix caches (seed 004).
+
+Four queues (evict-first, structural, chat, agentic) with rule-based routing; within and
+across the last three, the block with the lowest
+
+    P(b) = α_q · w_τ(b) · p_q(b) / (Δt_b + δ)
+
+is evicted; the evict-first queue is emptied before any other, in LRU order (its blocks
+are already judged low-value, so scoring them buys nothing; P there is 1/(Δt + δ)).
+``p_q`` is the log-normal survival ``1 − F_LN(Δt; μ_q, σ_q)`` for chat/agentic and the
+position decay ``1 − ((o_b+1)/(o_max+2))^γ`` for structural (shifted by one so the last
+block keeps a small non-zero value; δ = ``delta_s`` keeps P finite at Δt = 0).
+
+Routing (no ground-truth label is consulted): reasoning blocks → evict-first; a block seen
+by two sessions (a shared template/system prefix) → structural; blocks of a multi-turn
+session → chat or agentic (agentic when the request carries tools); system/tool-schema
+blocks of a single-turn session → structural; the rest → evict-first. A session is
+multi-turn once its second request arrives; for its *first* request the online
+continuation predictor (:mod:`aicache.kv.session_predictor`) decides.
+
+Why the ordering can be kept without re-sorting as time passes
+---------------------------------------------------------------
+P depends on ``now`` through Δt, so a heap keyed by P goes stale every tick, and P-orders
+of two blocks with different constants can cross. But group blocks by everything *except*
+their last-access time — (queue, token type, offset bucket) — and every block in a group
+shares the constant ``c = α_q · w_τ · posf(bucket)``; ``P = c · S(Δt)/(Δt + δ)`` is then
+strictly decreasing in Δt (S is a survival function), so *within a group the least
+recently used block always has the lowest P*, at any ``now`` and any parameter values.
+Each group is therefore an LRU list (``OrderedDict``: O(1) touch and removal), and a victim
+is the minimum over the group *heads* only. Heads are kept in a heap valid for one
+(``now``, parameter version) pair: rebuilt at most once per request (learning updates
+parameters only at request boundaries), then each eviction pops one head and pushes that
+group's next head, O(log G) with G ≲ 100 non-empty groups. Entries carry the head's touch
+sequence number and are discarded when stale. Ties in P are broken by that sequence number
+(older first), which is also the order inside a group, so the result equals "compute P for
+every block and take the minimum (P, seq)" exactly — the reference the tests compare to.
+
+Online learning (one feedback loop; statistics are updated on every event, and the
+parameters used by P move only at request boundaries, every ``update_every`` requests):
+token-type weights are an EMA of "the block's next event was a reuse" (hit or
+miss-after-eviction = 1, eviction = 0); μ/σ per multi-turn queue are the running MLE
+(Welford on log inter-request gaps of sessions routed there); γ is the least-squares slope
+of log(1 − reuse rate) on log relative position over the structural queue's offset
+buckets; α_q is ``n · softmax(z_q / T)`` of each queue's hit tokens per resident token
+(EMA), normalised by its mean so the temperature is scale-free.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from aicache.kv.prefix_policies import PrefixPolicy, RequestView, request_features
+from aicache.kv.session_predictor import (ContinuationPredictor, HiddenStateSource,
+                                          LogNormalGaps, SessionTracker)
+
+Key = Hashable
+
+
+class Queue(IntEnum):
+    EVICT_FIRST = 0
+    STRUCTURAL = 1
+    CHAT = 2
+    AGENTIC = 3
+
+
+TOKEN_TYPES = ("system", "user", "assistant", "reasoning", "tool", "decode", "other")
+_TYPE_INDEX = {t: i for i, t in enumerate(TOKEN_TYPES)}
+NT = len(TOKEN_TYPES)
+NB = 16  # offset buckets: floor(log2(offset + 1))
+REASONING = _TYPE_INDEX["reasoning"]
+_STRUCTURE_TYPES = frozenset({_TYPE_INDEX["system"], _TYPE_INDEX["tool"]})
+_SQRT2 = math.sqrt(2.0)
+_MULTI = (Queue.CHAT, Queue.AGENTIC)
+
+
+def type_index(name: str | None) -> int:
+    return _TYPE_INDEX.get(name or "other", NT - 1)
+
+
+def offset_bucket(offset: int) -> int:
+    return min(NB - 1, (offset + 1).bit_length() - 1)
+
+
+def bucket_start(ob: int) -> int:
+    """Smallest offset in bucket ``ob`` (its representative)."""
+    return (1 << ob) - 1
+
+
+def lognormal_survival(dt: float, mu: float, sigma: float) -> float:
+    """``1 − F_LN(dt; mu, sigma)``; 1 at dt ≤ 0."""
+    if dt <= 0.0:
+        return 1.0
+    return 0.5 * math.erfc((math.log(dt) - mu) / (sigma * _SQRT2))
+
+
+def softmax_weights(eff: list[float], temperature: float) -> list[float]:
+    """``n · softmax(z / T)`` with ``z = eff / mean(eff)``: mean 1, order kept, T→∞ uniform."""
+    n = len(eff)
+    if n == 0:
+        return []
+    m = sum(eff) / n
+    if m <= 0.0:
+        return [1.0] * n
+    z = [e / m / max(temperature, 1e-9) for e in eff]
+    top = max(z)
+    ex = [math.exp(v - top) for v in z]
+    s = sum(ex)
+    return [n * v / s for v in ex]
+
+
+def fit_gamma(offsets: list[float], reuse: list[float], o_max: float) -> float | None:
+    """Least-squares γ in ``reuse(o) = 1 − ((o+1)/(o_max+2))^γ`` (slope through the origin
+    of log(1 − reuse) on log relative position); None without usable points.
+
+    The model only describes reuse that falls with position; when position and reuse are
+    positively correlated (later blocks reused more) the magnitude is returned negated, so
+    the sign says which way the data lean (the policy clamps γ to a small positive floor).
+    """
+    pts = [(math.log((o + 1.0) / (o_max + 2.0)), h) for o, h in zip(offsets, reuse) if 0.0 < h < 1.0]
+    if len(pts) < 2:
+        return None
+    sxy = sum(x * math.log(1.0 - h) for x, h in pts)
+    sxx = sum(x * x for x, _ in pts)
+    if sxx <= 0.0:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    mh = sum(h for _, h in pts) / len(pts)
+    cov = sum((x - mx) * (h - mh) for x, h in pts)
+    g = abs(sxy / sxx)
+    return -g if cov > 0 else g
+
+
+@dataclass(slots=True)
+class SAEParams:
+    """Knobs. None are fitted to a workload; the learning rates are generic defaults."""
+
+    delta_s: float = 1.0  #: δ in P's denominator (seconds)
+    type_rate: float = 0.01  #: EMA rate of the token-type reuse estimate
+    type_floor: float = 0.05  #: w_τ = floor + reuse estimate (never zero)
+    alpha_rate: float = 0.05  #: EMA rate of per-queue hit tokens
+    temperature: float = 1.0  #: softmax temperature of α_q
+    update_every: int = 4  #: move μ, σ, α, w into the score every this many requests
+    gamma_every: int = 64  #: refit γ every this many requests
+    continue_threshold: float = 0.5  #: P(continue) above which a first request is multi-turn
+    ghost_factor: float = 2.0  #: ghost list length, in resident blocks
+    learn: bool = True  #: online learning on (False = parameters stay as given)
+    token_types: bool = True  #: ablation switches: each False removes one factor of P
+    queue_weights: bool = True
+    lognormal: bool = True
+    position: bool = True
+
+
+@dataclass
+class SAEState:
+    """Learned parameters, exportable so a fixed-parameter SAECache can be fitted on one
+    trace and replayed on another (the mismatch experiment)."""
+
+    type_reuse: list[float] = field(default_factory=lambda: [0.5] * NT)
+    mu: list[float] = field(default_factory=lambda: [math.log(60.0)] * 4)
+    sigma: list[float] = field(default_factory=lambda: [1.0] * 4)
+    gamma: float = 1.0
+    alpha: list[float] = field(default_factory=lambda: [1.0] * 4)
+    o_max: int = 1
+    predictor_w: list[float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _ConstTypes:
+    """Every index has the same token type (one block given at a time)."""
+
+    __slots__ = ("tau",)
+
+    def __init__(self, tau: int) -> None:
+        self.tau = tau
+
+    def __getitem__(self, i: int) -> int:
+        return self.tau
+
+    def __len__(self) -> int:
+        return 1 << 62
+
+
+class _Blk:
+    __slots__ = ("key", "tokens", "tau", "etau", "q", "ob", "last", "seq", "gid", "sid", "shared")
+
+    def __init__(self, key: Key, tokens: int, tau: int = 0, sid: Hashable = None) -> None:
+        self.key = key
+        self.tokens = tokens
+        self.tau = tau
+        self.etau = tau
+        self.q = -1  # not in a group yet
+        self.ob = 0
+        self.last = 0.0
+        self.seq = 0
+        self.gid = 0
+        self.sid = sid
+        self.shared = False
+
+
+def _gid(q: int, tau: int, ob: int) -> int:
+    return (q * NT + tau) * NB + ob
+
+
+class SAECache(PrefixPolicy):
+    """The SAECache prefix-eviction policy (see module docstring)."""
+
+    name = "saecache"
+
+    def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
+                 params: SAEParams | None = None, state: SAEState | Mapping[str, Any] | None = None,
+                 hidden: HiddenStateSource | None = None, **overrides: Any) -> None:
+        super().__init__(capacity_tokens, rng=rng)
+        p = params or SAEParams()
+        if overrides:
+            p = SAEParams(**{**asdict(p), **overrides})
+        self.p = p
+        st = state if isinstance(state, SAEState) or state is None else SAEState(**dict(state))
+        # a private copy: learning updates it in place, the caller's object stays as given
+        self.state = SAEState(**{k: (list(v) if isinstance(v, list) else v)
+                                 for k, v in asdict(st or SAEState()).items()})
+        self._blocks: dict[Key, _Blk] = {}
+        self._groups: list[OrderedDict[Key, _Blk]] = [OrderedDict() for _ in range(4 * NT * NB)]
+        self._res_tokens = [0] * 4
+        self._res_count = [0] * 4
+        self._ghost: OrderedDict[Key, int] = OrderedDict()
+        self._seq = 0
+        # learning state
+        self.gaps = [LogNormalGaps(self.state.mu[q], self.state.sigma[q]) for q in range(4)]
+        pred = ContinuationPredictor(hidden=hidden)
+        if self.state.predictor_w is not None:
+            pred.w = np.array(self.state.predictor_w, dtype=float)
+        self.tracker = SessionTracker(pred)
+        self._hit_ema = [0.0] * 4
+        self._hit_now = [0.0] * 4
+        self._pos_acc = [0.0] * NB
+        self._pos_reuse = [0.0] * NB
+        self._o_max_seen = self.state.o_max
+        self._requests = 0
+        self._anon = 0
+        # per-request routing context
+        self._sid: Hashable = None
+        self._multi = False
+        self._sq = Queue.CHAT
+        self._run_tau = -1
+        self._run_decode = False
+        # derived factors (recomputed at request boundaries)
+        self._w = [1.0] * NT
+        self._alpha = [1.0] * 4
+        self._posf = [1.0] * NB
+        self._mu = [0.0] * 4
+        self._sig = [1.0] * 4
+        self._version = 0
+        self._derive()
+        # Heap of the non-empty structural/chat/agentic group heads, valid for one
+        # (now, parameter version); evict-first is one LRU list (group 0).
+        self._heap: list[tuple[float, int, int]] = []
+        self._hnow = math.nan
+        self._hver = -1
+        self._nonempty: set[int] = set()
+        self._learn = p.learn
+        self._type_rate = p.type_rate
+        self._delta = p.delta_s
+        self._lognormal = p.lognormal
+        self._reuse = self.state.type_reuse
+        self._tcache: list[int] | None = None
+        self._ghost_limit = 256
+
+    # -- parameters ---------------------------------------------------------------------
+    def _derive(self) -> None:
+        st, p = self.state, self.p
+        self._w = [p.type_floor + r for r in st.type_reuse] if p.token_types else [1.0] * NT
+        self._alpha = list(st.alpha) if p.queue_weights else [1.0] * 4
+        if p.position:
+            g, om = st.gamma, st.o_max
+            self._posf = [1.0 - (min(bucket_start(b) + 1, om + 1) / (om + 2.0)) ** g for b in range(NB)]
+        else:
+            self._posf = [1.0] * NB
+        self._mu = list(st.mu)
+        self._sig = list(st.sigma)
+        self._version += 1
+
+    def export_state(self) -> SAEState:
+        """A copy of the learned parameters (for a fixed-parameter replay elsewhere)."""
+        st = SAEState(**{k: (list(v) if isinstance(v, list) else v)
+                         for k, v in asdict(self.state).items()})
+        st.predictor_w = [float(x) for x in self.tracker.predictor.w]
+        return st
+
+    def priority(self, key: Key, now: float) -> float:
+        """P(b) of a resident block at ``now`` (the score the victim minimises)."""
+        return self._prio(self._blocks[key], now)
+
+    def _prio(self, b: _Blk, now: float) -> float:
+        q = b.q
+        dt = now - b.last
+        if q == 0:  # evict-first is plain LRU: its blocks are already judged low-value
+            return 1.0 / (dt + self._delta)
+        c = self._alpha[q] * self._w[b.etau]
+        if q == 1:
+            c *= self._posf[b.ob]
+        elif self._lognormal and dt > 0.0:
+            c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
+        return c / (dt + self._delta)
+
+    def queue_of(self, key: Key) -> Queue:
+        return Queue(self._blocks[key].q)
+
+    def touch_seq(self, key: Key) -> int:
+        return self._blocks[key].seq
+
+    def resident(self) -> list[Key]:
+        return list(self._blocks)
+
+    @property
+    def evict_first_nonempty(self) -> bool:
+        return self._res_count[Queue.EVICT_FIRST] > 0
+
+    # -- request boundaries: routing context and learning -------------------------------
+    def begin(self, view: RequestView, now: float) -> None:
+        super().begin(view, now)
+        learn = self.p.learn
+        if view.session_id is None:
+            self._anon += 1
+            sid: Hashable = ("#req", self._anon)
+        else:
+            sid = view.session_id
+        sq = Queue.AGENTIC if view.is_tool else Queue.CHAT
+        gap, _ = self.tracker.observe(sid, now, int(sq), learn)
+        multi = gap is not None or (view.turn is not None and view.turn > 1)
+        if gap is not None and learn:
+            self.gaps[sq].add(gap)
+        x = None
+        if not multi:  # the predictor's job: will this first request's session continue?
+            x = self.tracker.predictor.vector(request_features(view, gap), view)
+            multi = self.tracker.predictor.predict(x) >= self.p.continue_threshold
+        self.tracker.record(sid, now, int(sq), x if learn else None)
+        horizon = max(self.gaps[Queue.CHAT].quantile(), self.gaps[Queue.AGENTIC].quantile())
+        self.tracker.expire(now, horizon, learn)
+        self._sid, self._multi, self._sq = sid, multi, sq
+        self._run_tau = -1
+        self._run_decode = False
+        self._tcache = None
+        self._ghost_limit = max(256, int(self.p.ghost_factor * len(self._blocks)))
+        self._requests += 1
+        if learn and self._requests % self.p.update_every == 0:
+            self._learn_boundary()
+
+    def end(self, now: float) -> None:
+        if not self.p.learn:
+            return
+        r = self.p.alpha_rate
+        for q in range(4):
+            self._hit_ema[q] += r * (self._hit_now[q] - self._hit_ema[q])
+            self._hit_now[q] = 0.0
+
+    def _learn_boundary(self) -> None:
+        st = self.state
+        for q in _MULTI:
+            st.mu[q] = self.gaps[q].mu
+            st.sigma[q] = self.gaps[q].sigma
+        qs = [q for q in (Queue.STRUCTURAL, Queue.CHAT, Queue.AGENTIC) if self._res_tokens[q] > 0]
+        if len(qs) > 1:
+            eff = [self._hit_ema[q] / self._res_tokens[q] for q in qs]
+            for q, a in zip(qs, softmax_weights(eff, self.p.temperature)):
+                st.alpha[q] = a
+        st.o_max = max(st.o_max, self._o_max_seen)
+        for k in range(NB):
+            if self._pos_acc[k] > 5000:  # forget slowly: halve the bucket's counts
+                self._pos_acc[k] *= 0.5
+                self._pos_reuse[k] *= 0.5
+        if self._requests % self.p.gamma_every < self.p.update_every:
+            offs, reuse = [], []
+            for b in range(NB):
+                if self._pos_acc[b] >= 20:
+                    offs.append(float(bucket_start(b)))
+                    reuse.append(self._pos_reuse[b] / self._pos_acc[b])
+            g = fit_gamma(offs, reuse, st.o_max)
+            if g is not None:
+                st.gamma = min(10.0, max(0.1, g))
+        self._derive()
+
+    def _learn_position(self, offset: int, reused: bool) -> None:
+        b = offset_bucket(offset)
+        self._pos_acc[b] += 1.0
+        if reused:
+            self._pos_reuse[b] += 1.0
+        if offset > self._o_max_seen:
+            self._o_max_seen = offset
+
+    # -- routing ------------------------------------------------------------------------
+    def _types(self) -> list[int]:
+        """Token-type indices of the current phase's blocks (converted once per phase)."""
+        v = self.view
+        if v.decode != self._run_decode or self._tcache is None:
+            self._run_decode = v.decode
+            self._run_tau = -1
+            self._tcache = [_TYPE_INDEX.get(t, NT - 1) for t in v.block_types]
+        return self._tcache
+
+    def _place(self, b: _Blk, i: int, now: float) -> None:
+        """(Re)route ``b`` and append it at its group's LRU tail; a resident block that
+        stays in its group is just moved to the tail (the common hit: O(1), no heap work).
+
+        Routing: reasoning → evict-first; shared across sessions → structural; a multi-turn
+        session → its chat/agentic queue; a single-turn session's system/tool-schema prompt
+        blocks → structural; the rest → evict-first.
+
+        Prefix inheritance: the simulator touches a request's blocks tail first, so the
+        running arg-max of w over the blocks touched so far is the most valuable type among
+        b's descendants in this request. Grouping b under that type keeps a prefix at least
+        as valuable as its tail, so type weights never punch holes into a cached prefix.
+        """
+        tau = b.tau
+        decode = self.view.decode
+        if tau == REASONING:
+            q = 0
+        elif b.shared:
+            q = 1
+        elif self._multi:
+            q = self._sq
+        elif tau in _STRUCTURE_TYPES and not decode:
+            q = 1
+        else:
+            q = 0
+        if q:
+            w = self._w
+            rt = self._run_tau
+            if rt < 0 or w[tau] > w[rt]:
+                self._run_tau = rt = tau
+            ob = (i + 1).bit_length() - 1 if (q == 1 and not decode) else 0
+            if ob >= NB:
+                ob = NB - 1
+            gid = (q * NT + rt) * NB + ob
+        else:
+            rt = tau
+            ob = 0
+            gid = 0
+        self._seq += 1
+        b.seq = self._seq
+        b.last = now
+        if b.gid == gid and b.q >= 0:  # resident and staying in its group: a touch
+            self._groups[gid].move_to_end(b.key)
+            return
+        if b.q >= 0:
+            self._unplace(b)
+        b.q = q
+        b.etau = rt
+        b.ob = ob
+        b.gid = gid
+        g = self._groups[gid]
+        g[b.key] = b
+        self._res_tokens[q] += b.tokens
+        self._res_count[q] += 1
+        if q and len(g) == 1:
+            self._nonempty.add(gid)
+            if self._hnow == now and self._hver == self._version:
+                heapq.heappush(self._heap, (self._prio(b, now), b.seq, gid))
+
+    def _unplace(self, b: _Blk) -> None:
+        g = self._groups[b.gid]
+        del g[b.key]
+        q = b.q
+        self._res_tokens[q] -= b.tokens
+        self._res_count[q] -= 1
+        if q and not g:
+            self._nonempty.discard(b.gid)
+
+    # -- events -------------------------------------------------------------------------
+    def on_hit(self, key: Key, i: int, now: float) -> None:
+        b = self._blocks[key]
+        v = self.view
+        types = self._tcache
+        if types is None or v.decode != self._run_decode:
+            types = self._types()
+        if self._learn:
+            r = self._reuse
+            r[b.tau] += self._type_rate * (1.0 - r[b.tau])
+        if i < len(types):
+            b.tau = types[i]
+        if b.sid != self._sid:
+            b.shared = True
+            b.sid = self._sid
+        self._place(b, i, now)
+        if not v.decode:
+            q = b.q
+            if i < v.hit_blocks:
+                self._hit_now[q] += b.tokens
+            if q == 1 and self._learn:
+                k = (i + 1).bit_length() - 1
+                if k >= NB:
+                    k = NB - 1
+                self._pos_acc[k] += 1.0
+                self._pos_reuse[k] += 1.0
+                if i > self._o_max_seen:
+                    self._o_max_seen = i
+
+    def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
+        types = self._tcache
+        if types is None or self.view.decode != self._run_decode:
+            types = self._types()
+        b = _Blk(key, tokens, types[i] if i < len(types) else NT - 1, self._sid)
+        ghost = self._ghost.pop(key, None)
+        if ghost is not None and self._learn:  # a miss after eviction: that type was undervalued
+            r = self._reuse
+            r[ghost] += self._type_rate * (1.0 - r[ghost])
+        self._blocks[key] = b
+        self._place(b, i, now)
+        if b.q == 1 and self._learn and not self.view.decode:
+            self._learn_position(i, ghost is not None)
+
+    def victim(self, now: float) -> Key:
+        if self._res_count[0]:  # evict-first: emptied first, LRU order
+            b = self._groups[0].popitem(last=False)[1]
+            self._res_tokens[0] -= b.tokens
+            self._res_count[0] -= 1
+        else:
+            b = self._victim_main(now)
+        del self._blocks[b.key]
+        if self._learn:
+            r = self._reuse
+            r[b.tau] -= self._type_rate * r[b.tau]
+        ghost = self._ghost
+        ghost[b.key] = b.tau
+        if len(ghost) > self._ghost_limit:
+            ghost.popitem(last=False)
+            if len(ghost) > self._ghost_limit:
+                ghost.popitem(last=False)
+        return b.key
+
+    def _victim_main(self, now: float) -> _Blk:
+        if now != self._hnow or self._version != self._hver:
+            self._rebuild(now)
+        heap = self._heap
+        groups = self._groups
+        prio = self._prio
+        while heap:
+            top = heap[0]
+            gid = top[2]
+            g = groups[gid]
+            if not g:
+                heapq.heappop(heap)
+                continue
+            b = next(iter(g.values()))
+            if b.seq != top[1]:  # stale head: re-enter the group with its current head
+                heapq.heapreplace(heap, (prio(b, now), b.seq, gid))
+                continue
+            self._unplace(b)
+            if g:
+                nb = next(iter(g.values()))
+                heapq.heapreplace(heap, (prio(nb, now), nb.seq, gid))
+            else:
+                heapq.heappop(heap)
+            return b
+        raise LookupError("victim() on an empty SAECache")
+
+    def _rebuild(self, now: float) -> None:
+        groups = self._groups
+        prio = self._prio
+        heap = []
+        for gid in self._nonempty:
+            b = next(iter(groups[gid].values()))
+            heap.append((prio(b, now), b.seq, gid))
+        heapq.heapify(heap)
+        self._heap = heap
+        self._hnow = now
+        self._hver = self._version
+
+    # -- driving without a simulator's request view (tiered KV store) ------------------
+    def touch(self, key: Key, tokens: int, token_type: str | None, offset_blocks: int,
+              now: float) -> None:
+        """Access or insert one block whose type is given directly (the caller has already
+        called :meth:`begin` for its request). Used by the DRAM-tier adapter."""
+        self._tcache = _ConstTypes(_TYPE_INDEX.get(token_type or "other", NT - 1))
+        self._run_decode = self.view.decode
+        self._run_tau = -1  # blocks arrive one by one here: no prefix inheritance
+        if key in self._blocks:
+            self.on_hit(key, offset_blocks, now)
+        else:
+            self.on_insert(key, tokens, offset_blocks, now)
+
+    def forget(self, key: Key) -> None:
+        """The store dropped ``key`` after it was offered by :meth:`order` (an eviction)."""
+        b = self._blocks.pop(key, None)
+        if b is None:
+            return
+        self._unplace(b)
+        if self.p.learn:
+            r = self.state.type_reuse
+            r[b.tau] += self.p.type_rate * (0.0 - r[b.tau])
+        self._ghost[key] = b.tau
+        while len(self._ghost) > self._ghost_limit:
+            self._ghost.popitem(last=False)
+
+    def order(self, now: float) -> Iterator[Key]:
+        """Resident keys in victim order (what successive :meth:`victim` calls would return
+        if nothing changed in between), without changing anything."""
+        yield from self._groups[0]
+        heap: list[tuple[float, int, int, _Blk]] = []
+        iters: dict[int, Iterator[_Blk]] = {}
+        for gid in self._nonempty:
+            it = iter(self._groups[gid].values())
+            b = next(it)
+            iters[gid] = it
+            heap.append((self._prio(b, now), b.seq, gid, b))
+        heapq.heapify(heap)
+        while heap:
+            _, _, gid, b = heapq.heappop(heap)
+            yield b.key
+            nb = next(iters[gid], None)
+            if nb is not None:
+                heapq.heappush(heap, (self._prio(nb, now), nb.seq, gid, nb))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)

@@ -1,0 +1,218 @@
+"""SAECache's priority formula, and its grouped-LRU/heap victim search against the plain
+"score every resident block and take the minimum" reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aicache.kv.prefix_policies import RequestView
+from aicache.kv.saecache import SAECache, SAEState, Queue, fit_gamma, lognormal_survival
+from aicache.sim.prefix import simulate
+from aicache.traces.base import KVRequest
+
+TYPES = ["system", "user", "assistant", "reasoning", "tool", "decode"]
+
+
+def _view(session: str, turn: int, types: list[str], *, tool: bool = False) -> RequestView:
+    v = RequestView()
+    v.session_id, v.turn, v.block_types = session, turn, types
+    v.hash_ids = list(range(len(types)))
+    v.request_type = "tool" if tool else "text"
+    return v
+
+
+def _fixed(**kw: object) -> SAECache:
+    state = SAEState(type_reuse=[0.9, 0.5, 0.4, 0.0, 0.7, 0.2, 0.1],
+                     mu=[0.0, 0.0, math.log(40.0), math.log(5.0)], sigma=[1.0, 1.0, 1.0, 0.5],
+                     gamma=1.0, alpha=[1.0, 2.0, 0.5, 1.5], o_max=2,
+                     predictor_w=[-5.0] + [0.0] * 7)  # first requests: predicted single-turn
+    return SAECache(10_000, state=state, learn=False, delta_s=1.0, **kw)
+
+
+def test_priority_hand_computed() -> None:
+    pol = _fixed()
+    # A second turn (multi-turn chat): its user block goes to the chat queue.
+    pol.begin(_view("s", 2, ["user"]), 0.0)
+    pol.on_insert("u", 64, 0, 0.0)
+    assert pol.queue_of("u") is Queue.CHAT
+    # At Δt = e^μ (the median gap) the log-normal survival is exactly 1/2:
+    # P = α_chat · w_user · 0.5 / (40 + δ) = 0.5 · (0.05 + 0.5) · 0.5 / 41
+    assert pol.priority("u", 40.0) == pytest.approx(0.5 * 0.55 * 0.5 / 41.0)
+    # Δt = 0: survival 1, P = 0.5 · 0.55 / 1
+    assert pol.priority("u", 0.0) == pytest.approx(0.275)
+
+    pol = _fixed()
+    # A single-turn request's system block at offset 0 → structural; offset 0 is bucket 0,
+    # posf = 1 − ((0 + 1) / (o_max + 2))^γ = 1 − 1/4 = 0.75.
+    pol.begin(_view("a", 1, ["system", "user"]), 10.0)
+    pol.on_insert("sys", 64, 0, 10.0)
+    assert pol.queue_of("sys") is Queue.STRUCTURAL
+    assert pol.priority("sys", 13.0) == pytest.approx(2.0 * (0.05 + 0.9) * 0.75 / (3.0 + 1.0))
+
+    pol = _fixed()
+    pol.begin(_view("r", 2, ["reasoning"]), 0.0)
+    pol.on_insert("cot", 64, 0, 0.0)
+    assert pol.queue_of("cot") is Queue.EVICT_FIRST
+    # evict-first is plain LRU: P = 1 / (Δt + δ)
+    assert pol.priority("cot", 4.0) == pytest.approx(1.0 / 5.0)
+
+
+def test_lognormal_survival_reference_points() -> None:
+    assert lognormal_survival(math.exp(1.3), 1.3, 0.7) == pytest.approx(0.5)
+    # one sigma above the median: 1 − Φ(1) = 0.158655...
+    assert lognormal_survival(math.exp(1.3 + 0.7), 1.3, 0.7) == pytest.approx(0.15865525, rel=1e-6)
+    assert lognormal_survival(0.0, 1.0, 1.0) == 1.0
+
+
+def test_evict_first_is_emptied_first() -> None:
+    pol = _fixed()
+    pol.begin(_view("s", 2, ["user", "user"]), 0.0)
+    pol.on_insert("old-chat", 64, 0, 0.0)
+    pol.begin(_view("t", 2, ["reasoning"]), 100.0)
+    pol.on_insert("fresh-cot", 64, 0, 100.0)
+    # the chat block is far older (lower P) but evict-first goes first
+    assert pol.victim(100.0) == "fresh-cot"
+    assert pol.victim(100.0) == "old-chat"
+
+
+class _Checked(SAECache):
+    """SAECache whose every victim is checked against a brute-force reference."""
+
+    def victim(self, now: float) -> object:
+        keys = self.resident()
+        ef = [k for k in keys if self.queue_of(k) is Queue.EVICT_FIRST]
+        pool = ef if ef else keys
+        expect = min(pool, key=lambda k: (self.priority(k, now), self.touch_seq(k)))
+        got = super().victim(now)
+        assert got == expect
+        return got
+
+
+_request = st.tuples(
+    st.integers(0, 5),  # session
+    st.floats(0.0, 120.0),  # gap since the previous request
+    st.lists(st.integers(0, 11), min_size=1, max_size=6),  # block ids (chained below)
+    st.lists(st.sampled_from(TYPES), min_size=6, max_size=6),
+    st.booleans(),  # tool request
+)
+
+
+def _trace(spec: list[tuple[int, float, list[int], list[str], bool]]) -> list[KVRequest]:
+    t = 0.0
+    out = []
+    turns: dict[int, int] = {}
+    for sess, gap, ids, types, tool in spec:
+        t += gap
+        turns[sess] = turns.get(sess, 0) + 1
+        chained = []
+        prev = 0
+        for b in ids:  # chained ids: a block id names its whole prefix
+            prev = prev * 13 + b + 1
+            chained.append(prev)
+        out.append(KVRequest(timestamp=t, input_length=16 * len(ids) - 3, output_length=20,
+                             hash_ids=chained, block_tokens=16, session_id=f"s{sess}",
+                             turn=turns[sess], block_types=types[:len(ids)],
+                             request_type="tool" if tool else "text",
+                             extra={"output_hash_ids": [10**9 + len(out)],
+                                    "output_block_types": [types[-1]]}))
+    return out
+
+
+@given(st.lists(_request, min_size=1, max_size=40), st.integers(16, 200), st.booleans())
+def test_fast_victim_equals_reference(spec, capacity, learn) -> None:  # type: ignore[no-untyped-def]
+    reqs = _trace(spec)
+    pol = _Checked(capacity, learn=learn, update_every=1, gamma_every=2)
+    res = simulate(reqs, pol, capacity)
+    assert res.requests == len(reqs)
+    assert len(pol) == len(pol.resident())
+
+
+@given(st.lists(_request, min_size=1, max_size=40), st.integers(16, 200))
+def test_capacity_and_resident_set(spec, capacity) -> None:  # type: ignore[no-untyped-def]
+    reqs = _trace(spec)
+    pol = SAECache(capacity)
+    res = simulate(reqs, pol, capacity)  # simulate asserts used <= capacity every request
+    # the policy holds exactly what fits: total resident tokens never above capacity
+    assert sum(pol._blocks[k].tokens for k in pol.resident()) <= capacity
+    assert res.hit_tokens <= res.input_tokens
+
+
+def test_order_matches_successive_victims() -> None:
+    reqs = _trace([(i % 3, 7.0, [i % 4, i % 5, 1], TYPES, i % 2 == 0) for i in range(30)])
+    pol = SAECache(80)
+    simulate(reqs, pol, 80)
+    now = reqs[-1].timestamp + 5.0
+    order = list(pol.order(now))
+    assert sorted(map(str, order)) == sorted(map(str, pol.resident()))
+    victims = [pol.victim(now) for _ in range(len(order))]
+    assert victims == order
+
+
+def test_determinism() -> None:
+    from aicache.sim.prefix import load_requests
+
+    a, _ = load_requests(workload="mix", sessions=80, seed=9)
+    b, _ = load_requests(workload="mix", sessions=80, seed=9)
+    ra = simulate(a, "saecache", "15%", seed=1).to_dict()
+    rb = simulate(b, "saecache", "15%", seed=1).to_dict()
+    for r in (ra, rb):
+        r.pop("wall_seconds"), r.pop("decisions_per_second")
+    assert ra == rb
+
+
+def test_block_record_has_no_dict() -> None:
+    pol = _fixed()
+    pol.begin(_view("s", 1, ["user"]), 0.0)
+    pol.on_insert("k", 1, 0, 0.0)
+    assert not hasattr(pol._blocks["k"], "__dict__")
+
+
+def test_fit_gamma_is_exact_on_its_model() -> None:
+    o_max = 30.0
+    offs = [0.0, 1.0, 3.0, 7.0, 15.0]
+    for g in (0.5, 2.0):
+        reuse = [1 - ((o + 1) / (o_max + 2)) ** g for o in offs]
+        assert fit_gamma(offs, reuse, o_max) == pytest.approx(g)
+
+
+def test_dram_adapter_contract() -> None:
+    """SAECache as the KV index's DRAM order: holds exactly the inserted-and-not-removed
+    nodes, and offers each of them exactly once, in SAECache's victim order."""
+    from aicache.kv.eviction import make_dram_policy
+    from aicache.kv.radix import RadixNode
+
+    pol = make_dram_policy("saecache", 100)
+    root = RadixNode("root", None)
+    nodes = []
+    parent = root
+    for i in range(12):
+        n = RadixNode(i, parent, tokens=64)
+        n.session, n.turn = f"s{i % 3}", 1 + i // 3
+        n.token_type, n.offset = ("system", "user", "tool")[i % 3], 64 * i
+        nodes.append(n)
+        parent = n
+    for t, n in enumerate(nodes):
+        pol.on_insert(n, float(t))
+    for t, n in enumerate(nodes[::2]):
+        pol.on_access(n, 20.0 + t)
+    pol.on_remove(nodes[5])
+    live = [n for n in nodes if n is not nodes[5]]
+    assert len(pol) == len(live) and all(n in pol for n in live) and nodes[5] not in pol
+    offered = list(pol.candidates(40.0))
+    assert sorted(n.key for n in offered) == sorted(n.key for n in live)
+    assert offered == [k for k in pol.sae.order(40.0)]
+
+
+def test_saria_runs_with_saecache_dram_order() -> None:
+    from aicache.sim.kv import KVSimParams, simulate_kv
+    from aicache.traces.gen import SESSIONS
+
+    reqs = list(SESSIONS.get("agent")(sessions=4, seed=1))
+    res = simulate_kv(reqs, KVSimParams(system="saria", dram_policy="saecache",
+                                        dram_tokens=100_000, ssd_tokens=1_000_000))
+    assert 0.0 < res.metrics["char"] <= 1.0
+    assert res.metrics["dram_evictions"] > 0
