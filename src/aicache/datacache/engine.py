@@ -15,7 +15,9 @@ the ids never change while the engine lives. A file that is not in its directory
 
 Threads and guarantees:
 
-* Demand reads run in the caller's thread. A hit is a lock-free checksummed file read.
+* Demand reads run in the caller's thread. A hit is a lock-free file read, checksummed
+  per ``EngineParams.verify`` (default ``stat``: hashed once per content version of the
+  block file, see :mod:`aicache.datacache.store`).
 * Misses and prefetches are *single-flight*: one fetch per block; a demand read of a block
   being prefetched waits for that fetch (or, if the prefetch has not started yet, takes it
   over) instead of fetching twice.
@@ -80,6 +82,9 @@ class EngineParams:
     request_timeout_s: float | None = None
     metadata_ttl_s: float = 60.0
     seed: int = 0
+    #: when hits re-check the block checksum: "full" (every read), "stat" (once per
+    #: content version of the block file), "none" — see :mod:`aicache.datacache.store`
+    verify: str = "stat"
 
 
 def file_version(info: dict[str, Any]) -> str:
@@ -200,7 +205,7 @@ class CacheEngine:
         self.params = p = params or EngineParams()
         self._root = root.rstrip("/")
         self.target = target
-        self.store = BlockStore(cache_dir, cache_size, p.block_size)
+        self.store = BlockStore(cache_dir, cache_size, p.block_size, verify=p.verify)
         self.block_size = p.block_size
         if daemon:
             from aicache.datacache.daemon import DaemonPolicy
@@ -324,12 +329,18 @@ class CacheEngine:
     # -- reads --------------------------------------------------------------------------------
     def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
         """Bytes ``[offset, offset+length)`` of ``path`` (clipped at EOF), via blocks."""
-        meta = self.stat(path)
-        if length is None:
-            length = meta.size - offset
-        end = min(meta.size, offset + length)
+        return self.read_meta(self.stat(path), offset, length)
+
+    def read_meta(self, meta: FileMeta, offset: int = 0, length: int | None = None) -> bytes:
+        """:meth:`read` of a file already :meth:`stat`-ed (callers that hold the metadata —
+        ``cat_file``, open files, FUSE handles — skip a second lookup). A whole single
+        block is returned as is: no slice, no copy."""
+        size = meta.size
+        end = size if length is None else offset + length
+        if end > size:
+            end = size
         if offset < 0:
-            raise ValueError(f"negative offset {offset} reading {path}")
+            raise ValueError(f"negative offset {offset} reading {meta.path}")
         if end <= offset:
             return b""
         B = self.block_size
@@ -356,7 +367,10 @@ class CacheEngine:
         bid = base + idx
         unit = self.unit_of(meta.path)
         data = self.store.get(key)
-        local = data is not None
+        if data is not None:  # the hot path: a local hit
+            self._local_hit(key, bid, unit, len(data))
+            return data
+        local = False
         leader = False
         flight: _Flight | None = None
         if not local:
@@ -398,6 +412,47 @@ class CacheEngine:
             assert flight is not None
             data = self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
         return data
+
+    def read_block_range(self, meta: FileMeta, idx: int, start: int, end: int
+                         ) -> tuple[bytes, bytes | None]:
+        """Bytes ``[start, end)`` of block ``idx`` — one demand access, as :meth:`read_block`.
+
+        When the store can serve the range of an already verified block (verify mode
+        ``stat``/``none``, see :meth:`BlockStore.get_range`), only those bytes are read: a
+        FUSE mount's 128 KiB requests then do not each pull (and stall on) a whole 4 MiB
+        block. Otherwise the whole block is read (and verified) and sliced.
+
+        Returns ``(the range, the whole block or None)``: the block when it was read, so
+        that a caller serving more pieces of it can keep it instead of re-reading."""
+        key = BlockKey(meta.path, meta.version, idx)
+        data = self.store.get_range(key, start, end)
+        if data is None:
+            blk = self.read_block(meta, idx)
+            return (blk if (start == 0 and end >= len(blk)) else blk[start:end]), blk
+        base = self._bases.get(meta.path)
+        if base is None:
+            self._ensure_mapped(meta)
+            base = self._bases[meta.path]
+        self._local_hit(key, base + idx, self.unit_of(meta.path),
+                        min(self.block_size, meta.size - idx * self.block_size))
+        return data, None
+
+    def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int) -> None:
+        """Tell the system about a demand read served from the store (and act on its
+        prefetch answer). A policy failure is counted, never raised."""
+        now = self._now()
+        try:
+            acc = self.policy.access(unit, bid, key, size, True, True, now)
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
+            self._policy_error(exc)
+            acc = AccessResult(True, (), False)
+        if acc.prefetch_used:
+            self.metrics.prefetch_used.inc()
+        if self._record is not None:
+            self._record(now, unit, bid, size)
+        if acc.prefetch:
+            self._schedule(acc.prefetch)
+        self.metrics.hits.inc()
 
     def _fetch_and_store(self, meta: FileMeta, idx: int, bid: int, unit: str, key: BlockKey,
                          flight: _Flight, prefetched: bool) -> bytes:

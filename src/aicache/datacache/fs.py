@@ -20,6 +20,10 @@ policy (one access stream, one budget) through the cache directory's daemon
 (:mod:`aicache.datacache.daemon`, started on first use); without it each process decides
 alone, which is still safe (the store is multi-process safe) but blind to the others.
 
+``verify_checksum`` (``full`` | ``stat``, the default | ``none``): when a cached block's
+checksum is re-checked on a hit — every read, once per content version of the block file,
+or never (see :mod:`aicache.datacache.store`).
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 """
@@ -49,7 +53,7 @@ class AICacheFileSystem(ChainedFileSystem):
                  max_prefetch_bytes: str | int = "256MiB", retries: int = 3,
                  request_timeout: float | None = None, metadata_ttl: float = 60.0,
                  seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
-                 **kwargs: Any) -> None:
+                 verify_checksum: str = "stat", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
@@ -59,12 +63,14 @@ class AICacheFileSystem(ChainedFileSystem):
                                "or chain a URL like aicache::s3://bucket/path")
             fs = fsspec.filesystem(target_protocol, **(target_options or {}))
         self.fs = fs
+        self._paths: dict[str, str] = {}
         self.target_protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         params = EngineParams(block_size=parse_size(block_size, what="block size"),
                               max_prefetch=int(max_prefetch),
                               max_prefetch_bytes=parse_size(max_prefetch_bytes, what="prefetch bytes"),
                               retries=int(retries), request_timeout_s=request_timeout,
-                              metadata_ttl_s=float(metadata_ttl), seed=int(seed))
+                              metadata_ttl_s=float(metadata_ttl), seed=int(seed),
+                              verify=verify_checksum)
         self.engine = CacheEngine(fs, os.path.expanduser(cache_dir or default_cache_dir()),
                                   parse_size(cache_size, what="cache size"), policy=policy,
                                   advisor=advisor, params=params, root=root, daemon=daemon)
@@ -82,7 +88,15 @@ class AICacheFileSystem(ChainedFileSystem):
         return path.rstrip("/") or path
 
     def _target_path(self, path: str) -> str:
-        return self.fs._strip_protocol(self._strip_protocol(path))
+        # memoised: the target's _strip_protocol (path normalisation) costs more than a
+        # cached 128 KiB read's Python overhead; a pure function of the string, bounded
+        hit = self._paths.get(path)
+        if hit is None:
+            hit = self.fs._strip_protocol(self._strip_protocol(path))
+            if len(self._paths) >= 1 << 16:
+                self._paths.clear()
+            self._paths[path] = hit
+        return hit
 
     # -- metadata: the target's answers ---------------------------------------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
@@ -110,8 +124,10 @@ class AICacheFileSystem(ChainedFileSystem):
                  **kwargs: Any) -> bytes:
         p = self._target_path(path)
         meta = self.engine.stat(p)
+        if start is None and end is None:  # whole file (the common case): no range maths
+            return self.engine.read_meta(meta)
         s, e = _resolve_range(meta.size, start, end)
-        return self.engine.read(p, s, e - s)
+        return self.engine.read_meta(meta, s, e - s)
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
               cache_options: Any = None, **kwargs: Any) -> AICacheFile:
@@ -169,7 +185,7 @@ class AICacheFile(AbstractBufferedFile):
             return b""
         idx = start // B
         if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
-            return self.engine.read(self.path, start, end - start)
+            return self.engine.read_meta(self.meta, start, end - start)
         if idx != self._memo_idx:
             self._memo = self.engine.read_block(self.meta, idx)
             self._memo_idx = idx

@@ -11,8 +11,12 @@ The mount is one process by construction, so it is the single owner of the polic
 for its cache directory (ARCHITECTURE.md, "One controller per cache unit"): DataLoader
 workers reading through the mount are seen as one access stream.
 
-Each open file handle keeps the last two blocks it read: the kernel reads in ≤128 KiB pieces,
-and without the memo every piece would re-read and re-verify a whole 4 MiB block.
+Each open file handle remembers the last two blocks it read: the kernel reads in ≤128 KiB
+pieces (libfuse 2's request limit), and each block must count as one access and be
+verified once, not once per piece. Pieces of a block whose file was verified in this
+process are read as ranges straight from the block file (no 4 MiB load in the request's
+path); otherwise the handle keeps the whole verified block and slices it (see
+:class:`_Handle`).
 Metadata (``ls``/``info``) is cached for ``metadata_ttl`` seconds; the remote is treated as
 read-only while mounted.
 """
@@ -29,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, RemoteReadError
+from aicache.datacache.store import BlockKey
 
 log = logging.getLogger("aicache.fuse")
 
@@ -60,29 +65,48 @@ def fuse_available() -> str | None:
 
 
 class _Handle:
-    """An open file: its metadata and the two blocks it read last (the kernel's readahead
-    runs concurrent reads on both sides of a block boundary)."""
+    """An open file: its metadata and the last two blocks it read (the kernel's readahead
+    runs concurrent reads on both sides of a block boundary).
 
-    __slots__ = ("meta", "idx", "block", "idx2", "block2", "lock")
+    Each block counts as *one* demand access per handle, whatever the number of ≤128 KiB
+    kernel requests it takes. The first request of a block makes the access under the
+    handle's lock (``read_block_range``); later requests of a block this handle already
+    accounted read just their range (``BlockStore.get_range``: lock-free, served only
+    from a file version verified in this process), or slice the whole block kept when
+    the store cannot serve ranges (verify mode ``full``, a block not verified yet).
+    ``cur``/``prev`` are ``(idx, block or None, key)`` tuples, swapped atomically, so
+    lock-free readers always see a consistent triple."""
+
+    __slots__ = ("meta", "cur", "prev", "lock")
 
     def __init__(self, meta: FileMeta) -> None:
         self.meta = meta
-        self.idx = self.idx2 = -1
-        self.block = self.block2 = b""
+        self.cur: tuple[int, bytes | None, BlockKey | None] = (-1, None, None)
+        self.prev: tuple[int, bytes | None, BlockKey | None] = (-1, None, None)
         self.lock = threading.Lock()
 
-    def get(self, engine: CacheEngine, idx: int) -> bytes:
-        # One loader at a time per handle: the kernel's parallel readahead requests mostly
-        # want the same block, which must be read (and verified) once, not once per thread.
+    def _known(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes | None:
+        for i, blk, key in (self.cur, self.prev):
+            if i == idx:
+                if blk is not None:
+                    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+                return engine.store.get_range(key, s, e)  # type: ignore[arg-type]
+        return None
+
+    def read(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
+        got = self._known(engine, idx, s, e)
+        if got is not None:
+            return got
+        # One loader at a time per handle: concurrent readahead requests of a new block
+        # must make one access (and one whole-block verification), not one per thread.
         with self.lock:
-            if idx == self.idx:
-                return self.block
-            if idx == self.idx2:
-                return self.block2
-            blk = engine.read_block(self.meta, idx)
-            self.idx2, self.block2 = self.idx, self.block
-            self.idx, self.block = idx, blk
-            return blk
+            got = self._known(engine, idx, s, e)
+            if got is not None:
+                return got
+            got, blk = engine.read_block_range(self.meta, idx, s, e)
+            m = self.meta
+            self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
+            return got
 
 
 class CacheFuse(Operations):  # type: ignore[misc]
@@ -208,10 +232,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
         try:
             idx = offset // B
             if (end - 1) // B != idx:
-                return engine.read(h.meta.path, offset, end - offset)
-            blk = h.get(engine, idx)
+                return engine.read_meta(h.meta, offset, end - offset)
             s = offset - idx * B
-            return blk[s:s + (end - offset)]
+            return h.read(engine, idx, s, s + (end - offset))
         except RemoteReadError as exc:
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc

@@ -20,10 +20,39 @@ Decisions:
   writers). An append-only log would need its own compaction and torn-tail recovery;
   SQLite gives both for free. The index is *not* on the hit path: a block's file name is a
   hash of (remote path, file version, block index), and the header carries the checksum,
-  so a reader opens the file directly and verifies it — no query, no lock.
-* **Checksums** (xxh3-64 when ``xxhash`` is installed, else blake2b-64) are in the header
-  and verified on every read; a mismatch drops the block, counts it and reports a miss, so
-  a corrupt block is never served (the engine refetches it).
+  so a reader opens the file directly and verifies it — no query, no lock. A hit costs
+  open + fstat + one ``pread`` of exactly the payload + close (no over-allocation, no
+  copy after the read); :meth:`BlockStore.get_range` reads a piece of an already verified
+  block (FUSE's 128 KiB requests). No fd cache: an fd kept open across reads would keep
+  evicted blocks' disk space allocated and needs reference counting to be closed safely
+  under concurrent readers, for ~2 syscalls saved.
+* **Checksums** (xxh3-64 when ``xxhash`` is installed, else blake2b-64) are in the header.
+  When they are checked on a read is the ``verify`` mode (:data:`VERIFY_MODES`):
+
+  - ``full``: every read hashes the whole block (what the store did first; what JuiceFS's
+    ``--verify-cache-checksum=full``/``extend`` do: they differ only in how a *partial*
+    read of a block is checked, and re-hash on every read).
+  - ``stat`` (default): a block is hashed once per *content version*. After a block read
+    in this process verified, the file's ``(st_dev, st_ino, st_size, st_mtime_ns,
+    st_ctime_ns)`` is remembered (bounded memo); while ``fstat`` of the open file returns
+    the same tuple, later reads skip the hash. Any write through the file system — the
+    tests' corruption, an editor, ``truncate``, a re-rename of another file into the name —
+    sets ``ctime`` to the current time, so it is re-verified and a corrupt block is still
+    never served. Racy timestamps (git's "racily clean" problem: a write within the file
+    system's timestamp granularity of the verification would keep ``ctime``) are handled
+    by remembering a block only once its ``ctime`` is ``racy_window_s`` (2 s) in the past;
+    younger blocks are hashed on every read. What ``stat`` does *not* catch: bytes that
+    change without any inode update — media bit rot or a controller/firmware fault returning
+    other data, writes to the raw block device (``dd`` to ``/dev/sdX``, ``debugfs``), a file
+    system or page-cache bug, or a backwards wall-clock jump that lands a later write on the
+    exact remembered nanosecond; ``full`` catches all of those on every read, and
+    ``aicache cache verify`` re-hashes everything on demand. No JuiceFS mode corresponds to
+    it (JuiceFS has none/full/shrink/extend, all per read).
+  - ``none``: no hash on reads (only the header's magic/length and the file size are
+    checked, so a truncated or foreign file is still refused). Corrupted *payload* bytes are
+    served — like JuiceFS's ``none``. ``aicache cache verify`` still finds them.
+
+  A mismatch drops the block, counts it and reports a miss, so the engine refetches it.
 * **Atomic writes**: write ``tmp/…`` + fsync, then under the lock: evict until the block
   fits, ``rename`` into place, insert the row, commit. A crash leaves at worst an orphan
   file (no row) or a row without a file; :meth:`recover` (run at every open) fixes both.
@@ -44,6 +73,7 @@ import os
 import sqlite3
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,6 +105,16 @@ HEADER = struct.Struct("<4sHHQQ")  # magic, format version, algo, length, checks
 HEADER_SIZE = HEADER.size  # 24
 _LENGTH = struct.Struct("<Q")  # the length field, at offset 8 of the header
 FORMAT_VERSION = 1
+
+#: when a block read checks its checksum (see the module docstring)
+VERIFY_MODES = ("full", "stat", "none")
+DEFAULT_VERIFY = "stat"
+#: ``stat`` mode remembers a verified block only once its ctime is this far in the past
+#: (covers 1 s timestamp granularity — ext3, HFS+, some NFS servers — and jiffy-coarse
+#: kernel clocks with room to spare)
+DEFAULT_RACY_WINDOW_S = 2.0
+#: bound on the ``stat`` memo (entries are ~200 bytes; evicted oldest-first)
+VERIFIED_MEMO_MAX = 1 << 16
 
 
 class StoreFull(OSError):
@@ -142,7 +182,8 @@ class BlockStore:
     """
 
     def __init__(self, cache_dir: str | os.PathLike[str], capacity: int,
-                 block_size: int = 4 * 1024 * 1024, *, recover: bool = True) -> None:
+                 block_size: int = 4 * 1024 * 1024, *, recover: bool = True,
+                 verify: str = DEFAULT_VERIFY, racy_window_s: float = DEFAULT_RACY_WINDOW_S) -> None:
         if capacity <= 0:
             from aicache.errors import BadInput
 
@@ -151,6 +192,15 @@ class BlockStore:
             from aicache.errors import BadInput
 
             raise BadInput(f"block size {block_size!r} must be positive; give e.g. 4MiB")
+        if verify not in VERIFY_MODES:
+            from aicache.errors import BadInput
+
+            raise BadInput(f"checksum verify mode {verify!r} is unknown; give one of "
+                           f"{', '.join(VERIFY_MODES)}")
+        self.verify_mode = verify
+        self._racy_ns = int(racy_window_s * 1e9)
+        #: stat mode: key -> (stat signature, payload length) of blocks verified here
+        self._verified: dict[BlockKey, tuple[tuple[int, int, int, int, int], int]] = {}
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.capacity = int(capacity)
         self.block_size = int(block_size)
@@ -225,39 +275,91 @@ class BlockStore:
 
     # -- reads (lock-free) ----------------------------------------------------------------
     def get(self, key: BlockKey) -> bytes | None:
-        """The block's bytes, or None when absent or corrupt (a corrupt block is dropped)."""
+        """The block's bytes, or None when absent or corrupt (a corrupt block is dropped).
+
+        Lock-free: open, ``fstat``, read exactly the declared bytes (no over-allocation),
+        close. Whether the checksum is computed depends on :attr:`verify_mode`."""
         try:
             fd = os.open(self.block_path(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
+        data: bytes | None = None
         try:
-            head = os.read(fd, HEADER_SIZE)
-            # the header says how long the block is: read exactly that (+1 to see a
-            # longer-than-declared file); allocating block_size for a 128 KiB file would
-            # cost more than the read itself
-            want = _LENGTH.unpack_from(head, 8)[0] if len(head) == HEADER_SIZE else 0
-            data = os.read(fd, min(want, self.block_size) + 1)
+            st = os.fstat(fd)
+            n = st.st_size - HEADER_SIZE
+            mode = self.verify_mode
+            if mode == "full":
+                sig = None
+            else:
+                sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                if self._verified.get(key) == (sig, n):  # this content version was verified
+                    data = os.pread(fd, n, HEADER_SIZE)
+                    if len(data) == n:
+                        return data
+                    data = None  # shrank under us: fall through to a checked read
+            if 0 <= n <= self.block_size:
+                head = os.pread(fd, HEADER_SIZE, 0)
+                if len(head) == HEADER_SIZE and _LENGTH.unpack_from(head, 8)[0] == n:
+                    data = os.pread(fd, n, HEADER_SIZE)
+                    if not self._valid(head, data, check=mode != "none"):
+                        data = None
+                    elif sig is not None and time.time_ns() - st.st_ctime_ns > self._racy_ns:
+                        v = self._verified
+                        if len(v) >= VERIFIED_MEMO_MAX:
+                            try:  # oldest first (dict order); another thread may race us
+                                del v[next(iter(v))]
+                            except (RuntimeError, KeyError, StopIteration):
+                                pass
+                        v[key] = (sig, n)
         finally:
             os.close(fd)
-        if self._valid(head, data):
+        if data is not None:
             return data
+        self._verified.pop(key, None)
         self.corrupt_dropped += 1
         if self.on_corrupt is not None:
             self.on_corrupt(key)
         self.remove(key)
         return None
 
+    def get_range(self, key: BlockKey, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` (clipped) of a block whose *current* file was verified by
+        :meth:`get` in this process (``stat``/``none`` modes: same ``fstat`` signature);
+        None otherwise — absent, never verified here, changed since, or mode ``full`` —
+        and the caller reads the whole block with :meth:`get`, which checks it. So a range
+        is never served from a file version that was not verified."""
+        seen = self._verified.get(key)
+        if seen is None or self.verify_mode == "full":
+            return None
+        try:
+            fd = os.open(self.block_path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            st = os.fstat(fd)
+            sig, n = seen
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != sig:
+                return None
+            end = min(end, n)
+            if not 0 <= start <= end:
+                return None
+            data = os.pread(fd, end - start, HEADER_SIZE + start)
+        finally:
+            os.close(fd)
+        return data if len(data) == end - start else None
+
     def contains(self, key: BlockKey) -> bool:
         return os.path.exists(self.block_path(key))
 
     @staticmethod
-    def _valid(head: bytes, data: bytes | memoryview) -> bool:
+    def _valid(head: bytes, data: bytes | memoryview, check: bool = True) -> bool:
+        """Header well-formed, length matches, and (``check``) the checksum matches."""
         if len(head) != HEADER_SIZE:
             return False
         magic, fmt, algo, length, checksum = HEADER.unpack(head)
         fn = CHECKSUMS.get(algo)
         return (magic == MAGIC and fmt == FORMAT_VERSION and fn is not None
-                and length == len(data) and fn(data) == checksum)
+                and length == len(data) and (not check or fn(data) == checksum))
 
     # -- writes ---------------------------------------------------------------------------
     def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
@@ -365,6 +467,7 @@ class BlockStore:
 
     def remove(self, key: BlockKey) -> bool:
         """Drop ``key`` if stored (the engine's corrupt/invalidated blocks)."""
+        self._verified.pop(key, None)
         with self._locked():
             return self._remove_locked(key.digest(self.block_size)) > 0
 
