@@ -37,6 +37,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                    help="storage option for the remote filesystem (repeatable)")
+    p.add_argument("--verify-checksum", default="stat", choices=("full", "stat", "none"),
+                   help="full: hash every read; stat (default): once per file content version; none")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -83,7 +85,7 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     if size <= 0 or block <= 0:
         raise BadInput(f"--cache-size {args.cache_size!r} / --block-size {args.block_size!r} must be positive")
     make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
-    return size, EngineParams(block_size=block, seed=args.seed)
+    return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum)
 
 
 class CsvRecorder:
