@@ -113,6 +113,23 @@ def hot_set(items: int, hot: int, share: float) -> Gen:
     return g
 
 
+def shuffled_samples(sample_blocks: tuple[int, int]) -> Gen:
+    """A shuffled epoch over samples that are runs of neighbouring blocks (an image and its
+    caption sidecar: 2; a multi-block file: more), each sample read front to back."""
+
+    def g(rng: np.random.Generator) -> list[int]:
+        lens = rng.integers(sample_blocks[0], sample_blocks[1] + 1, 20_000)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        out: list[int] = []
+        for i in rng.permutation(lens.size):
+            out += range(int(starts[i]), int(starts[i] + lens[i]))
+            if len(out) >= N:
+                return out[:N]
+        return out[:N]
+
+    return g
+
+
 GENERATORS: list[tuple[str, str, Gen]] = [
     ("sequential", "stride+1", stride(1)),
     ("sequential", "stride+2", stride(2, 4000)),
@@ -129,6 +146,11 @@ GENERATORS: list[tuple[str, str, Gen]] = [
     ("random", "uniform over 50", uniform(50)),
     ("random", "uniform over 2k", uniform(2000)),
     ("random", "uniform over 1M", uniform(10**6)),
+    # within-sample contiguity is not a traversal: the samples are shuffled
+    ("random", "shuffled image+caption pairs", shuffled_samples((2, 2))),
+    ("random", "shuffled 1-3 block samples", shuffled_samples((1, 3))),
+    # ... but files long enough to be read through are (readahead pays inside each)
+    ("sequential", "shuffled 30-60 block files", shuffled_samples((30, 60))),
     ("skewed", "zipf 0.9 over 2k", zipf(2000, 0.9)),
     ("skewed", "zipf 1.0 over 1M", zipf(10**6, 1.0)),
     ("skewed", "zipf 1.1 over 50k", zipf(50_000, 1.1)),
@@ -529,3 +551,22 @@ def test_diagnosis_confusion_hand_computed() -> None:
         diagnosis_confusion(["sequential"], [])
     with pytest.raises(ValueError):
         diagnosis_confusion(["loop"], ["random"])
+
+
+def test_stale_review_judges_a_change_inside_the_tail_on_its_newest_half() -> None:
+    """A feedback anomaly can be flagged within a round of a change: the 200-access tail is
+    then half old (shuffled) and half new (a sequential pass)."""
+    rng = np.random.default_rng(5)
+    old = [int(v) for v in rng.permutation(10**5)[:900]]
+    window = old + list(range(5 * 10**5, 5 * 10**5 + 100))
+    adv = StatisticalAdvisor()
+    stale = adv.advise(request(window, stale=True))
+    assert stale is not None and stale.pattern == "sequential" and stale.confidence >= TAU
+    assert "newest half" in (stale.reason or "")
+    # without the stale flag the window (90% shuffled) is not overturned by 100 accesses
+    fresh = adv.advise(request(window))
+    assert fresh is not None and not (fresh.pattern == "sequential" and fresh.confidence >= TAU)
+    # a tail that is one pattern throughout keeps the tail's (longer, more reliable) verdict
+    seq = list(range(1000))
+    whole = adv.advise(request(seq, stale=True))
+    assert whole is not None and whole.pattern == "sequential" and "newest half" not in (whole.reason or "")

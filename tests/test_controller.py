@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,8 @@ from aicache.adaptive.advisor.base import (
     ReviewContext,
 )
 from aicache.adaptive.controller import ChironParams, ChironSystem, ThreadRunner, VirtualDelayRunner
-from aicache.adaptive.executors import EagerEviction, make_executor
+from aicache.adaptive.executors import EagerEviction, SegmentedLRU, make_executor
+from aicache.errors import BadInput
 
 
 class Scripted(Advisor):
@@ -39,7 +41,8 @@ class Scripted(Advisor):
 
 
 PARAMS = ChironParams(min_window=10, first_review_s=1.0, early_retry_s=2.0, routine_interval_s=30.0,
-                      reflection_interval_s=45.0, round_s=1.0, min_round_accesses=5, advisor_delay_s=0.0)
+                      reflection_interval_s=45.0, round_s=1.0, min_round_accesses=5, advisor_delay_s=0.0,
+                      retry_backoff=1.0)  # fixed early retry (the seed's); back-off: own test
 
 
 def drive(sys: ChironSystem, t0: float, t1: float, dt: float = 0.1, hit: bool = False,
@@ -242,3 +245,192 @@ def test_diagnosis_f1_and_prompt_token_counting():
     assert on is not None and off is not None and on.pattern == off.pattern == "sequential"
     assert on.input_tokens > off.input_tokens > estimate_tokens(str(list(window)))
     assert on.output_tokens == off.output_tokens > 0
+
+
+def test_first_review_as_soon_as_the_window_holds_min_window_accesses():
+    adv = Scripted([("random", 0.9)])
+    runner = TimedRunner(adv)
+    params = ChironParams(min_window=10, first_review_s=30.0, advisor_delay_s=0.0)
+    sys = ChironSystem(1 << 30, advisor=adv, params=params, runner=runner)
+    drive(sys, 0.0, 3.0, dt=0.1)
+    # the 10th access comes at t=0.9; the review starts at the next tick, long before 30 s
+    assert runner.times and runner.times[0] == pytest.approx(1.0, abs=0.11)
+    assert len(adv.requests[0].window) >= 10
+
+
+def _retry_gaps(answers: list[tuple[str, float] | None], until: float, **kw: Any) -> list[float]:
+    adv = Scripted(answers)
+    runner = TimedRunner(adv)
+    params = ChironParams(**{**dict(min_window=10, first_review_s=1.0, early_retry_s=2.0,
+                                    retry_backoff=2.0, routine_interval_s=10.0, reflection=False,
+                                    advisor_delay_s=0.0), **kw})
+    sys = ChironSystem(1 << 30, advisor=adv, params=params, runner=runner)
+    drive(sys, 0.0, until, dt=0.1)
+    return [b - a for a, b in zip(runner.times, runner.times[1:])]
+
+
+def test_retry_backs_off_once_a_fresh_window_is_still_ambiguous_and_resets_on_acceptance():
+    # window of 20 reads = 2 s: from the second rejection on, a whole fresh window has been
+    # judged ambiguous -> 4, 8, then capped at the routine interval (10 s); an acceptance
+    # -> routine 10 s; the next rejection starts again from the early retry
+    gaps = _retry_gaps([("random", 0.5)] * 6 + [("random", 0.9)] + [("random", 0.5)] * 3, 60.0, window=20)
+    expected = [2.0, 4.0, 8.0, 10.0, 10.0, 10.0, 10.0, 2.0]
+    assert gaps[: len(expected)] == pytest.approx(expected, abs=0.11)
+
+
+def test_retry_does_not_back_off_during_a_transition():
+    # the answers change pattern (the evidence is moving): plain early retries
+    changing = [("random", 0.6), ("skewed", 0.4), ("random", 0.3), ("skewed", 0.6)] * 2
+    assert _retry_gaps(changing, 17.5, window=20) == pytest.approx([2.0] * 7, abs=0.11)
+    # the same pattern, but the window has not turned over yet (1,000 reads = 100 s)
+    assert _retry_gaps([("random", 0.5)] * 8, 17.5) == pytest.approx([2.0] * 7, abs=0.11)
+    # back-off 1 is the seed's fixed early retry
+    assert _retry_gaps([("random", 0.5)] * 8, 17.5, window=20, retry_backoff=1.0) == \
+        pytest.approx([2.0] * 7, abs=0.11)
+    with pytest.raises(BadInput, match="retry_backoff"):
+        ChironParams(retry_backoff=0.5)
+
+
+def test_shape_reflection_flags_an_order_change_that_chr_does_not_show():
+    """Random -> sequential with every read a miss (CHR 0 throughout, as under the random
+    executor, which does not prefetch): only the access shape changes."""
+    import random as _random
+
+    def run(shape: bool) -> tuple[list[DiagnosisRequest], list[float]]:
+        adv = Scripted([("random", 0.9)] * 5)
+        params = ChironParams(min_window=10, first_review_s=1.0, round_s=1.0, min_round_accesses=5,
+                              advisor_delay_s=0.0, shape_reflection=shape)
+        runner = TimedRunner(adv)
+        sys = ChironSystem(1 << 30, advisor=adv, params=params, runner=runner)
+        rng = _random.Random(3)
+        t = 0.0
+        while t < 20.0:  # shuffled reads
+            sys.tick(t)
+            sys.on_access("ds/f", rng.randrange(10**6), 4096, False, t)
+            t = round(t + 0.1, 6)
+        b = 5 * 10**6
+        while t < 24.0:  # a sequential pass
+            sys.tick(t)
+            sys.on_access("ds/f", b, 4096, False, t)
+            b += 1
+            t = round(t + 0.1, 6)
+        return adv.requests, runner.times
+
+    reqs, times = run(True)
+    assert reqs[0].context.trigger == "periodic retry" and times[0] < 2.0
+    # one review within a round or two of the change (t = 20 s), flagged as an anomaly;
+    # the shape EWMA restarts at the new level, so the one change is one review
+    assert len(reqs) == 2 and 20.0 < times[1] <= 22.1
+    assert reqs[1].context.trigger == TRIGGER_CHR_ANOMALY and reqs[1].context.older_prefix_may_be_stale
+    assert len(run(False)[0]) == 1  # CHR alone sees nothing before the 45 s routine review
+
+
+class NaiveSLRU:
+    """Obviously-correct reference: two Python lists, oldest first, scanned linearly."""
+
+    def __init__(self, share: float) -> None:
+        self.share, self.prob, self.prot, self.unread = share, [], [], set()
+
+    def hit(self, k: int) -> None:
+        if k in self.prot:
+            self.prot.remove(k)
+            self.prot.append(k)
+        elif k in self.unread:  # a prefetched block's first read: first access
+            self.unread.discard(k)
+            self.prob.remove(k)
+            self.prob.append(k)
+        else:  # read again while resident: protected
+            self.prob.remove(k)
+            self.prot.append(k)
+            while len(self.prot) > self.share * (len(self.prob) + len(self.prot)):
+                self.prob.append(self.prot.pop(0))
+
+    def insert(self, k: int, prefetched: bool) -> None:
+        self.prob.append(k)
+        if prefetched:
+            self.unread.add(k)
+
+    def victim(self) -> int:
+        k = self.prob.pop(0) if self.prob else self.prot.pop(0)
+        self.unread.discard(k)
+        return k
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 0.8, 1.0])
+def test_segmented_lru_matches_a_naive_reference(share: float) -> None:
+    import random as _random
+
+    rng = _random.Random(int(share * 10))
+    fast, ref = SegmentedLRU(10**9, protected_share=share), NaiveSLRU(share)
+    resident: set[int] = set()
+    for _ in range(4000):
+        # skewed: a hot tenth of the keys takes most reads; some inserts are prefetches
+        k = rng.randrange(10) if rng.random() < 0.7 else rng.randrange(10, 120)
+        if k in resident:
+            fast.on_hit(k, 1, 0.0)
+            ref.hit(k)
+        else:
+            pf = rng.random() < 0.3
+            (fast.on_prefetch_insert if pf else fast.on_insert)(k, 1, 0.0)
+            ref.insert(k, pf)
+            resident.add(k)
+            if len(resident) > 40:
+                v = fast.victim(0.0)
+                assert v == ref.victim()
+                resident.discard(v)
+        assert len(fast) == len(resident) and list(fast.keys()) == ref.prob + ref.prot
+
+
+def test_segmented_lru_protects_reused_blocks_from_one_off_and_speculative_ones() -> None:
+    ev = SegmentedLRU(10**9)
+    for k in (1, 2, 3, 10, 11):  # demand reads
+        ev.on_insert(k, 1, 0.0)
+    for k in (20, 21):  # prefetched neighbours
+        ev.on_prefetch_insert(k, 1, 0.0)
+    for k in (1, 2, 3):  # hot: read again (3 of 7 resident <= 80%: all stay protected)
+        ev.on_hit(k, 1, 0.0)
+    ev.on_hit(21, 1, 0.0)  # a prefetched block's first read: still on probation
+    ev.on_remove(11)
+    assert 11 not in ev and len(ev) == 6
+    # one-off and speculative blocks go first, by age; the reused ones last, LRU
+    assert [ev.victim(1.0) for _ in range(6)] == [10, 20, 21, 1, 2, 3]
+    import random as _random
+
+    assert make_executor("skewed", 100, _random.Random(0)).eviction.name == "slru"
+
+
+def test_retries_of_a_rejected_anomaly_review_keep_the_anomaly_context():
+    # seven rejections at 2 s intervals outlast the rounds the CHR EWMA needs to catch up
+    adv = Scripted([("random", 0.9)] + [("skewed", 0.4)] * 7 + [("skewed", 0.9)] * 3)
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS)
+    t = drive(sys, 0.0, 20.0, hit=False)  # CHR 0, one accepted diagnosis
+    drive(sys, t, 90.0, hit=True)  # CHR jumps to 1: anomaly
+    triggers = [r.context.trigger for r in adv.requests]
+    stale = [r.context.older_prefix_may_be_stale for r in adv.requests]
+    # the anomaly review and its early retries (rejected) are about the anomaly; once a
+    # diagnosis is accepted the anomaly is resolved
+    assert triggers[:9] == ["periodic retry"] + [TRIGGER_CHR_ANOMALY] * 8
+    assert stale[1:9] == [True] * 8
+    assert triggers[9] == "periodic retry"
+    assert pattern(sys) == "skewed" and sys.units["ds"].open_anomaly is False
+
+
+def test_a_no_change_answer_to_an_anomaly_is_rechecked_once_the_tail_turned_over():
+    """Flagged within a round of a change, the tail is still mostly old accesses: a 'same
+    pattern' answer then is premature. The anomaly stays open and is re-checked once the
+    tail (200 accesses of a 1,000 window) holds only accesses made after it."""
+    adv = Scripted([("random", 0.9)] * 20)
+    runner = TimedRunner(adv)
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS, runner=runner)
+    t = drive(sys, 0.0, 20.0, hit=False)
+    drive(sys, t, 120.0, hit=True)  # CHR jumps at t=20: anomaly at the end of that round
+    anomalies = [x for x, r in zip(runner.times, adv.requests) if r.context.trigger == TRIGGER_CHR_ANOMALY]
+    first = anomalies[0]
+    assert 20.0 < first <= 21.2
+    # the re-check: 200 reads (20 s at 10 reads/s) after the anomaly, still an anomaly review
+    assert any(first + 18.5 <= x <= first + 20.5 for x in anomalies)
+    last = max(anomalies)
+    assert last <= first + 20.5 and not sys.units["ds"].open_anomaly
+    # then back to the routine schedule
+    later = [x for x in runner.times if x > last]
+    assert later and later[0] - last == pytest.approx(45.0, abs=0.11)

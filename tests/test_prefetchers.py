@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from aicache.policies import PREFETCH
 from aicache.policies.prefetch.neighborhood import NeighborhoodPrefetcher
 from aicache.policies.prefetch.sfp import SFP128Prefetcher, SFPPrefetcher
-from aicache.policies.prefetch.stride import ReadaheadPrefetcher, StridePrefetcher
+from aicache.policies.prefetch.stride import ReadaheadPrefetcher, SampleRestPrefetcher, StridePrefetcher
 
 
 def feed(p, blocks, unit="d"):
@@ -18,7 +18,7 @@ def feed(p, blocks, unit="d"):
 
 
 def test_registry_names():
-    for name in ("stride", "stride-fixed", "readahead", "neighborhood", "sfp", "sfp-128"):
+    for name in ("stride", "stride-fixed", "readahead", "sample-rest", "neighborhood", "sfp", "sfp-128"):
         assert PREFETCH.get(name).name == name
 
 
@@ -135,3 +135,39 @@ def test_sfp_ties_by_first_observation_and_window():
     for _ in range(10):
         q.on_prefetch_used(0, 0.0)
     assert q.window == 128
+
+
+def _shuffled_samples(lengths: list[int], seed: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """Samples of the given block counts at consecutive ranges, read whole in a shuffled
+    order; returns the reads and the (start, length) of each sample in read order."""
+    import random
+
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    reads = [b for i in order for b in range(starts[i], starts[i] + lengths[i])]
+    return reads, [(starts[i], lengths[i]) for i in order]
+
+
+def test_sample_rest_fetches_the_caption_after_its_image_and_nothing_across_samples():
+    reads, samples = _shuffled_samples([2] * 200, seed=1)  # image + caption sidecar
+    out = feed(SampleRestPrefetcher(), reads)
+    pos = 0
+    for i, (start, n) in enumerate(samples):
+        if i >= 2:  # after two completed runs the median run length (2) is known
+            assert out[pos] == [start + 1], (i, start, out[pos])
+        assert out[pos + 1] == []  # the caption itself asks for nothing (next sample unknown)
+        pos += n
+
+
+def test_sample_rest_never_prefetches_single_block_samples_and_follows_the_median():
+    reads, _ = _shuffled_samples([1] * 300, seed=2)
+    assert all(o == [] for o in feed(SampleRestPrefetcher(), reads))
+    # mixed sample sizes: the median run length decides how much of a new sample to fetch
+    lengths = [3, 3, 3, 5, 1] * 20
+    reads, samples = _shuffled_samples(lengths, seed=3)
+    p = SampleRestPrefetcher(history=len(lengths))
+    feed(p, reads)
+    assert p.rest("d") == sorted(lengths[:-1] + [lengths[-1]])[len(lengths) // 2] - 1 == 2
+    # a plain sequential read is one long run: nothing asked beyond the stride prefetcher's job
+    assert all(o == [] for o in feed(SampleRestPrefetcher(), range(100)))

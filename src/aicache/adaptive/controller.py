@@ -5,8 +5,12 @@ the controller keeps a recent window of block ids, the active executor, a review
 and a feedback reflector. Reads never wait on the advisor:
 
 1. every demand read appends to the unit's window and goes through the active executor;
-2. when a review is due (first review, routine interval, early retry after a rejected or
-   missing answer, or a CHR anomaly flagged by feedback reflection) the controller
+2. when a review is due (first review — as soon as the window holds ``min_window``
+   accesses —, routine interval, early retry after a rejected or missing answer, backing
+   off geometrically towards the routine interval while answers stay below tau, or an
+   anomaly flagged by feedback reflection: a jump in the round's CHR, or in its access
+   shape — small-step share, reuse share — which CHR misses when the active executor
+   cannot exploit the new pattern) the controller
    *snapshots* the window and the review context and hands them to an
    :class:`AdvisorRunner`; reads continue under the active executor;
 3. when the runner has an answer, the confidence gate judges it; only an accepted
@@ -50,6 +54,8 @@ from aicache.adaptive.system import DataCacheSystem
 from aicache.errors import BadInput
 
 _EMPTY: tuple[int, ...] = ()
+#: a "small" step, as in the analyzer's small jump ratio (0 < |delta| <= 5)
+SMALL_STEP = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +72,20 @@ class ChironParams:
     routine_interval_s: float = 30.0
     reflection_interval_s: float = 45.0
     early_retry_s: float = 5.0
+    #: once the same pattern has been rejected (below tau) on a wholly fresh window — a
+    #: stationary, ambiguous stream rather than a transition — each further such rejection
+    #: multiplies the early-retry delay by this factor, capped at the routine interval
+    #: (1.0 = the seed's fixed early retry)
+    retry_backoff: float = 2.0
+    #: latest first review of a fresh unit; it is reviewed as soon as its window holds
+    #: ``min_window`` accesses (the default policy is only a guess until then)
     first_review_s: float = 5.0
+    #: feedback reflection also watches the access *shape* of each round — the share of
+    #: small steps (the analyzer's small jump ratio) and the share of re-reads of an ID
+    #: still in the window (its reuse ratio) — with the same alpha / theta as CHR: a
+    #: change the active executor cannot exploit does not move CHR (random -> sequential
+    #: under no prefetch; random -> skewed while the random executor rejects new blocks)
+    shape_reflection: bool = True
     #: length of a feedback round (CHR per round feeds the EWMA)
     round_s: float = 5.0
     min_round_accesses: int = 50
@@ -87,6 +106,8 @@ class ChironParams:
             raise BadInput(f"window={self.window} and min_window={self.min_window} must be >= 1")
         if self.round_s <= 0:
             raise BadInput(f"round_s={self.round_s!r} must be positive seconds")
+        if not self.retry_backoff >= 1.0:
+            raise BadInput(f"retry_backoff={self.retry_backoff!r} must be >= 1 (1 = no back-off)")
 
 
 # -- runners ----------------------------------------------------------------------------------
@@ -178,10 +199,12 @@ class ThreadRunner(AdvisorRunner):
 # -- per-unit state ---------------------------------------------------------------------------
 class _Unit:
     __slots__ = ("name", "window", "executor", "pattern", "state", "scheduler", "reflector",
-                 "round_start", "round_hits", "round_reads", "last_access")
+                 "shape", "round_start", "round_hits", "round_reads", "round_small", "round_reuse",
+                 "counts", "last_access", "last_block", "reads", "streak", "streak_start",
+                 "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads")
 
     def __init__(self, name: str, executor: Executor, window: int, scheduler: Any,
-                 reflector: Any, now: float) -> None:
+                 reflector: Any, shape: Any, now: float) -> None:
         self.name = name
         self.window: deque[int] = deque(maxlen=window)
         self.executor = executor
@@ -189,10 +212,23 @@ class _Unit:
         self.state = "default"  # default | stable | transition
         self.scheduler = scheduler
         self.reflector = reflector
+        self.shape = shape  # reflectors of the small-step and reuse shares (None = off)
         self.round_start = now
         self.round_hits = 0
         self.round_reads = 0
+        self.round_small = 0  # accesses 0 < |step| <= SMALL_STEP from the unit's previous one
+        self.round_reuse = 0  # accesses to an ID already in the window
+        self.counts: dict[int, int] = {}  # ID -> occurrences in the window (shape only)
         self.last_access = now
+        self.last_block = -(1 << 62)
+        self.reads = 0  # demand reads of this unit
+        self.streak: str | None = None  # pattern of the current run of rejected answers
+        self.streak_start = 0  # ``reads`` when that run began
+        self.backoff = 0  # early-retry back-off level (0 = plain early retry)
+        self.open_anomaly = False  # a flagged anomaly not yet resolved by an accepted diagnosis
+        self.anomaly_reads = 0  # ``reads`` when the open anomaly was flagged
+        self.submitted_reads = 0  # ``reads`` when the last diagnosis was submitted
+        self.review_at_reads = -1  # a review is due when ``reads`` reaches this (-1 = none)
 
 
 def _resolve_advisor(advisor: Any, seed: int) -> Advisor:
@@ -262,7 +298,9 @@ class ChironSystem(DataCacheSystem):
             from aicache.adaptive.feedback import ReviewScheduler
 
             u = _Unit(name, self._executor("default"), self.params.window,
-                      ReviewScheduler(self._review, now), self._make_reflector(), now)
+                      ReviewScheduler(self._review, now), self._make_reflector(),
+                      (self._make_reflector(), self._make_reflector())
+                      if self.params.shape_reflection else None, now)
             self.units[name] = u
             self._next_tick = min(self._next_tick, now)
         return u
@@ -281,10 +319,34 @@ class ChironSystem(DataCacheSystem):
     # -- DataCacheSystem ------------------------------------------------------------------------
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
         u = self._unit(unit, now)
-        u.window.append(block)
+        w = u.window
+        if u.shape is not None:
+            counts = u.counts
+            if len(w) == w.maxlen:
+                old = w[0]
+                c = counts[old] - 1
+                if c:
+                    counts[old] = c
+                else:
+                    del counts[old]
+            c = counts.get(block, 0)
+            u.round_reuse += c > 0
+            counts[block] = c + 1
+            step = block - u.last_block
+            u.last_block = block
+            if step and -SMALL_STEP <= step <= SMALL_STEP:
+                u.round_small += 1
+        w.append(block)
+        u.reads += 1
         u.round_reads += 1
         u.round_hits += hit
         u.last_access = now
+        if (u.reads == u.review_at_reads or u.pattern is None and not u.scheduler.requests
+                and len(w) == self.params.min_window):
+            # enough evidence: the first review (to replace the default guess), or the
+            # re-check of an anomaly once its tail holds only accesses made after it
+            u.scheduler.next_at = min(u.scheduler.next_at, now)
+            self._next_tick = min(self._next_tick, now)
         if hit and block in self.unread:
             self.unread.discard(block)
             self.block_unit[block].executor.prefetcher.on_prefetch_used(block, now)
@@ -352,8 +414,21 @@ class ChironSystem(DataCacheSystem):
         for u in self.units.values():
             if now - u.round_start >= p.round_s:
                 r = u.reflector.observe_counts(u.round_hits, u.round_reads)
+                anomaly = r is not None and r.anomaly
+                if u.shape is not None:
+                    for refl, k in zip(u.shape, (u.round_small, u.round_reuse)):
+                        r = refl.observe_counts(k, u.round_reads)
+                        if r is not None and r.anomaly:
+                            # a shape change is one event: restart its EWMA at the new
+                            # level instead of re-flagging while the average catches up
+                            refl.ewma = r.chr
+                            anomaly = True
                 u.round_start, u.round_hits, u.round_reads = now, 0, 0
-                if r is not None and r.anomaly:
+                u.round_small = u.round_reuse = 0
+                if anomaly:
+                    u.streak, u.backoff = None, 0
+                    if not u.open_anomaly:
+                        u.open_anomaly, u.anomaly_reads = True, u.reads
                     u.scheduler.anomaly(now)
             due = u.scheduler.due(now)
             if due is not None:
@@ -368,6 +443,11 @@ class ChironSystem(DataCacheSystem):
         from aicache.adaptive.analyzer import analyze, tail_length
 
         trigger = u.scheduler.started(now)
+        u.submitted_reads = u.reads
+        if u.open_anomaly:
+            # an early retry of a rejected anomaly review is still about that anomaly: the
+            # older part of the window may still be stale
+            trigger = TRIGGER_CHR_ANOMALY
         window = tuple(u.window)
         ctx = ReviewContext(
             trigger=trigger, previous_state=u.state, previous_pattern=u.pattern,
@@ -393,7 +473,11 @@ class ChironSystem(DataCacheSystem):
             self.no_advice += 1
         elif not decision.accepted:
             self.rejected_advice += 1
-        u.scheduler.finished(now, decision.accepted)
+        sch = u.scheduler
+        sch.finished(now, decision.accepted)
+        self._backoff(u, advice, decision.accepted, now)
+        if decision.accepted and u.open_anomaly:
+            self._resolve_anomaly(u, decision.pattern)
         self.log.append({"t": round(now, 3), "unit": u.name, "trigger": req.context.trigger,
                          "pattern": advice.pattern if advice else None,
                          "confidence": advice.confidence if advice else None,
@@ -410,6 +494,44 @@ class ChironSystem(DataCacheSystem):
             u.state = "stable"
             return
         self._switch(u, pattern, now)
+
+    def _resolve_anomaly(self, u: _Unit, pattern: str | None) -> None:
+        """An accepted answer resolves an open anomaly if it changes the pattern, or if it
+        was given on a tail made only of accesses after the anomaly. A 'no change' on a
+        tail still partly from before is premature (flagged within a round of a change,
+        the new pattern may not show yet): re-check, still as an anomaly review, once the
+        tail has turned over (evidence-driven; the routine review stays the latest)."""
+        from aicache.adaptive.analyzer import tail_length
+
+        need = tail_length(self.params.window)
+        u.review_at_reads = -1
+        if pattern != u.pattern or u.submitted_reads - u.anomaly_reads >= need:
+            u.open_anomaly = False
+        else:
+            u.review_at_reads = u.anomaly_reads + need
+
+    def _backoff(self, u: _Unit, advice: Advice | None, accepted: bool, now: float) -> None:
+        """Stretch the early retry while the answers stay ambiguous on fresh evidence.
+
+        The early retry exists to re-diagnose on fresh accesses. During a transition the
+        window turns over and the answer changes; but when the same pattern keeps coming
+        back below tau after a whole window of new accesses, the stream itself is
+        ambiguous and retrying every ``early_retry_s`` only spends advisor calls: the delay
+        then doubles (``retry_backoff``) per rejection, up to the routine interval. An
+        acceptance, another pattern, or a feedback anomaly restarts from the early retry.
+        """
+        p = self.params
+        if accepted or advice is None or advice.pattern != u.streak:
+            u.streak = None if accepted or advice is None else advice.pattern
+            u.streak_start, u.backoff = u.reads, 0
+            return
+        if u.reads - u.streak_start < p.window:
+            return
+        u.backoff += 1
+        sch = u.scheduler
+        if sch.next_at > now:  # not overridden by a pending anomaly
+            delay = p.early_retry_s * p.retry_backoff ** u.backoff
+            sch.next_at = now + min(delay, max(p.early_retry_s, self._review.routine_s))
 
     def _switch(self, u: _Unit, pattern: str, now: float) -> None:
         """Replace the unit's executor; hand its resident blocks over in eviction order."""

@@ -3,9 +3,17 @@
 | pattern    | prefetch                       | admission         | eviction                         |
 | ---------- | ------------------------------ | ----------------- | -------------------------------- |
 | sequential | stride, adaptive depth         | always            | eager (read blocks go first)     |
-| random     | none                           | reject when full  | none while rejecting             |
-| skewed     | neighborhood                   | always            | LRU                              |
+| random     | none across samples (rest of a | reject when full  | none while rejecting             |
+|            | multi-block sample only)       |                   |                                  |
+| skewed     | neighborhood                   | always            | segmented LRU (reuse protects)   |
 | default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
+
+Two refinements of the seed's Table 1, each from what the pattern means: a skewed
+stream's hot blocks are the re-read ones, so the skewed executor's LRU is *segmented*
+(one-off blocks and unread prefetched neighbours are evicted before re-read ones, see
+:class:`SegmentedLRU`); a shuffled epoch is random *between* samples but reads each sample
+whole, so once a multi-block sample's first block is read the random executor fetches the
+rest (``sample-rest``; a no-op for single-block samples).
 
 An executor owns the eviction order of *its cache unit's* resident blocks only; the
 controller (:mod:`aicache.adaptive.controller`) arbitrates between units that share one
@@ -83,6 +91,81 @@ class EagerEviction(EvictionPolicy):
         yield from self._read
 
 
+class SegmentedLRU(EvictionPolicy):
+    """Segmented LRU (Karedla et al. 1994) for skewed access: reuse earns protection.
+
+    A skewed stream re-reads a hot subset; every other block it brings in — a one-off draw
+    from the cold tail, a prefetched neighbour — has shown no reuse yet. New blocks (demand
+    or prefetched) enter a *probation* segment; a block read again while resident moves to
+    the *protected* segment. Victims come from probation first (oldest first), so one-off
+    blocks and speculative neighbours cannot push proven hot blocks out, as they do under
+    plain LRU. Protected is LRU and holds at most ``protected_share`` of the resident
+    blocks (SLRU's customary 80%); its least recent blocks are demoted to probation's
+    recent end, so a hot set that cools down still ages out. With no re-reads it is FIFO;
+    with ``protected_share=0`` promotion is immediately undone.
+    A prefetched block's first read is its first access: it moves to probation's recent
+    end; a second read promotes it.
+    """
+
+    name = "slru"
+    __slots__ = ("_prob", "_prot", "_unread", "protected_share")
+
+    def __init__(self, capacity: int, *, protected_share: float = 0.8, **kw: Any) -> None:
+        super().__init__(capacity, **kw)
+        if not 0.0 <= protected_share <= 1.0:
+            raise ValueError("protected_share must be in [0, 1]")
+        self.protected_share = protected_share
+        self._prob: OrderedDict[Key, None] = OrderedDict()  # not re-read while resident
+        self._prot: OrderedDict[Key, None] = OrderedDict()  # re-read while resident
+        self._unread: set[Key] = set()  # prefetched, not read yet (in probation)
+
+    def on_hit(self, key: Key, size: int, now: float) -> None:
+        prot = self._prot
+        if key in prot:
+            prot.move_to_end(key)
+            return
+        if key in self._unread:
+            self._unread.discard(key)
+            self._prob.move_to_end(key)
+            return
+        del self._prob[key]
+        prot[key] = None
+        limit = self.protected_share * len(self)
+        while len(prot) > limit:
+            self._prob[prot.popitem(last=False)[0]] = None
+
+    def on_insert(self, key: Key, size: int, now: float) -> None:
+        self._prob[key] = None
+
+    def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
+        self._prob[key] = None
+        self._unread.add(key)
+
+    def victim(self, now: float) -> Key:
+        if self._prob:
+            key = self._prob.popitem(last=False)[0]
+            self._unread.discard(key)
+            return key
+        return self._prot.popitem(last=False)[0]
+
+    def on_remove(self, key: Key) -> None:
+        if self._prob.pop(key, 0) is None:
+            self._unread.discard(key)
+        else:
+            del self._prot[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._prob or key in self._prot
+
+    def __len__(self) -> int:
+        return len(self._prob) + len(self._prot)
+
+    def keys(self) -> Iterable[Key]:
+        # oldest candidate first
+        yield from self._prob
+        yield from self._prot
+
+
 class Executor:
     """Prefetch + admission + eviction for one cache unit under one pattern.
 
@@ -158,12 +241,14 @@ class SequentialExecutor(Executor):
 
 
 class RandomExecutor(Executor):
-    """No prefetch; keep the cached subset stable across epochs by refusing new blocks
-    once full. ``lru`` only orders blocks for the rare case the controller must take space
-    from this unit for another one."""
+    """No prefetch across samples; keep the cached subset stable across epochs by refusing
+    new blocks once full. ``lru`` only orders blocks for the rare case the controller must
+    take space from this unit for another one. Within a sample made of several consecutive
+    blocks (a big file, an image and its caption sidecar) the rest is certain once its
+    first block is read: ``sample-rest`` fetches it (and nothing for single-block samples)."""
 
     pattern = "random"
-    prefetch_name = "none"
+    prefetch_name = "sample-rest"
     eviction_name = "lru"
     rejects_when_full = True
 
@@ -172,6 +257,9 @@ class SkewedExecutor(Executor):
     pattern = "skewed"
     prefetch_name = "neighborhood"
     eviction_name = "lru"
+
+    def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
+        return SegmentedLRU(capacity, rng=rng)
 
 
 class DefaultExecutor(Executor):
@@ -184,8 +272,8 @@ class DefaultExecutor(Executor):
 
 EXECUTORS: Registry[type[Executor]] = Registry("executor")
 EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
-EXECUTORS.register("random", RandomExecutor, "no prefetch + reject when full + no eviction")
-EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch + always + LRU")
+EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full + no eviction")
+EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch + always + segmented LRU")
 EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
 
 

@@ -11,6 +11,13 @@ dataset size, stride or skew parameter of some generator:
   (``m`` distinct IDs) and the second 1/2. ``O`` is the excess of a lower confidence bound
   (Wilson, z = 3) over that chance level, normalised to [0, 1]: ~1 for a clean stride or a
   sorted traversal, ~0 for shuffled IDs.
+  The same test is repeated on the *run starts* (accesses that do not continue the
+  previous one by the lag-1 dominant step): a sample made of neighbouring blocks (an image
+  and its caption sidecar, a multi-block file) read in a shuffled sample order has a +1
+  step inside every sample, but its runs are shuffled. The two are mixed by the step's
+  *persistence* ``p`` (how often the dominant step follows itself): ``O = p O_all +
+  (1-p) O_runs`` — long runs (a traversal, or big files read through) keep their order
+  evidence, two-block runs are judged by the order of the samples.
 * **concentration** ``C`` (skewed: "repeated accesses concentrated on a comparatively
   small subset of IDs"). The *collision* statistic ``K = sum_u c_u (c_u - 1) / 2`` (pairs
   of accesses to the same ID) estimates ``n(n-1)/2 · sum p_u²`` without bias. Uniform
@@ -28,7 +35,9 @@ times a sample-size reliability ``1 - 1/sqrt(n)`` is the confidence. Concentrate
 outranks order (hot files read block by block want LRU, not eager eviction).
 
 Phase changes: the window and its recent tail are classified separately. If the review
-context says the older prefix may be stale, the recent part decides. Otherwise, when they
+context says the older prefix may be stale, the recent part decides — the tail, or the
+newest half of the tail (at least ``MIN_RECENT`` accesses) when that is more decisive,
+since a review flagged by feedback may come within a round of the change. Otherwise, when they
 disagree, the window's claim is discounted by how strongly the recent part contradicts
 it, and the recent part's claim is capped by the window's support — a window straddling a
 change gets a low confidence, so the gate rejects it and retries early with fresh
@@ -59,6 +68,8 @@ MAX_LAG = 8
 Z = 3.0
 #: Fewer nonzero steps than this carry no order evidence.
 MIN_STEPS = 4
+#: Fewest accesses a recent part is judged on alone (sample-size reliability 0.9).
+MIN_RECENT = 100
 #: Collision factor of the 80/20 rule: 0.8²/0.2 + 0.2²/0.8.
 KAPPA_PARETO = 0.8**2 / 0.2 + 0.2**2 / 0.8
 
@@ -134,6 +145,28 @@ def order_evidence(x: np.ndarray, m: int) -> tuple[float, str]:
     return min(1.0, max(0.0, best)), why
 
 
+def run_starts(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(starts, persistence)``: the sequence with every access that continues the
+    previous one by the lag-1 dominant non-zero step removed — one ID per *run* (a
+    multi-block sample, an image and its caption sidecar, a file read block by block) —
+    and how often that step is followed by itself (1 for a long traversal, 0 when every
+    run is two accesses long). A traversal is ordered only if its runs are long or are
+    themselves in order; within-sample contiguity under a shuffled sample order is not."""
+    if x.size < 3:
+        return x, 1.0
+    d = np.diff(x)
+    nz = d[d != 0]
+    if nz.size == 0:
+        return x, 1.0
+    values, counts = np.unique(nz, return_counts=True)
+    on = d == values[int(counts.argmax())]
+    keep = np.ones(x.size, dtype=bool)
+    keep[1:] = ~on
+    first = int(np.count_nonzero(on[:-1]))
+    persistence = float(np.count_nonzero(on[:-1] & on[1:])) / first if first else 1.0
+    return x[keep], persistence
+
+
 def concentration_from(collisions: float, n: int, span: float) -> tuple[float, float]:
     """``(C, kappa)`` for ``collisions`` same-ID pairs among ``n`` accesses over ``span`` IDs.
 
@@ -182,6 +215,15 @@ def score_sequence(seq: Sequence[int] | np.ndarray) -> PatternScores:
         return PatternScores(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, "empty")
     _, counts = np.unique(x, return_counts=True)
     o, why_o = order_evidence(x, int(counts.size))
+    if o > 0.0:
+        runs, persist = run_starts(x)
+        if MIN_STEPS < runs.size < n and persist < 1.0:
+            o_runs, why_runs = order_evidence(runs, int(np.unique(runs).size))
+            if o_runs < o:
+                # short runs (low persistence) are judged by the order of their starts
+                o = persist * o + (1.0 - persist) * o_runs
+                why_o = (f"{why_o}, but that step repeats only {persist:.0%} of the time; "
+                         f"{runs.size} run starts: {why_runs}")
     c, span, kappa, why_c = concentration_evidence(x, counts)
     rel = max(0.0, 1.0 - 1.0 / math.sqrt(n))
     seq_s, skw_s, rnd_s = o * (1.0 - c), c, (1.0 - o) * (1.0 - c)
@@ -222,6 +264,15 @@ class StatisticalAdvisor(Advisor):
                 return Advice(ws.pattern, round(ws.confidence, 3), f"{ws.why}; recent accesses too few to show the hot set")
             ts, recent = score_sequence(half), "recent half"
         if stale_prefix:
+            if recent == "tail" and tail.size >= 2 * MIN_RECENT:
+                # the change may lie inside the tail itself (a review flagged within a
+                # round of it): its newer half, if more decisive, is the fresher evidence
+                half = tail[tail.size // 2 :]
+                hs = score_sequence(half)
+                # ... unless it is merely too short to show the tail's hot set
+                hides_skew = ts.pattern == "skewed" and not could_show_skew(ts, half.size)
+                if hs.confidence > ts.confidence and not hides_skew:
+                    ts, recent = hs, "newest half of the tail"
             return Advice(ts.pattern, round(ts.confidence, 3), f"{recent}: {ts.why}")
         if ws.pattern == ts.pattern:
             return Advice(ws.pattern, round(ws.confidence, 3), ws.why)

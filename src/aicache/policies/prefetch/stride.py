@@ -160,3 +160,58 @@ class ReadaheadPrefetcher(StridePrefetcher):
     def __init__(self, **kw: int) -> None:
         kw.setdefault("step", 1)
         super().__init__(adaptive=True, **kw)  # type: ignore[arg-type]
+
+
+class SampleRestPrefetcher(PrefetchPolicy):
+    """Random order *between* samples, sequential *within* one: on a sample's first block,
+    fetch the rest of the sample.
+
+    A shuffled epoch reads samples in random order but each sample whole, front to back;
+    a sample is a run of consecutive blocks (files sorted by path own consecutive ranges: a
+    multi-block file, an image and its caption sidecar). Nothing predicts the next sample,
+    so nothing is fetched across samples (the random pattern's "no prefetch"); but once a
+    sample's first block is read, its other blocks are certain. Per stream the prefetcher
+    keeps the lengths of the last ``history`` runs of +1 steps; when a read jumps (starts a
+    new run) it asks for the next ``median run length - 1`` blocks (at most ``max_depth``).
+    With single-block samples every run has length 1 and it never prefetches.
+    """
+
+    name = "sample-rest"
+
+    def __init__(self, *, history: int = 32, max_depth: int = 32) -> None:
+        if history < 1 or max_depth < 0:
+            raise ValueError("need history >= 1 and max_depth >= 0")
+        self.history = history
+        self.max_depth = max_depth
+        #: stream -> [last block, length of the current run, recent run lengths]
+        self._streams: dict[Hashable, tuple[list[int], deque[int]]] = {}
+
+    def rest(self, unit: Hashable) -> int:
+        """Blocks fetched after a sample's first one: median recent run length - 1."""
+        st = self._streams.get(unit)
+        if st is None or not st[1]:
+            return 0
+        runs = sorted(st[1])
+        return min(self.max_depth, runs[len(runs) // 2] - 1)
+
+    def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
+        st = self._streams.get(unit)
+        if st is None:
+            self._streams[unit] = ([block, 1], deque(maxlen=self.history))
+            return _EMPTY
+        cur, runs = st
+        if block == cur[0] + 1:
+            cur[0] = block
+            cur[1] += 1
+            return _EMPTY
+        if block == cur[0]:  # a re-read of the same block (a small read): same run
+            return _EMPTY
+        runs.append(cur[1])
+        cur[0], cur[1] = block, 1
+        k = self.rest(unit)
+        if k <= 0:
+            return _EMPTY
+        return [block + j for j in range(1, k + 1)]
+
+    def reset(self) -> None:
+        self._streams.clear()
