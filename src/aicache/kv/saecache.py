@@ -35,13 +35,25 @@ sequence number and are discarded when stale. Ties in P are broken by that seque
 (older first), which is also the order inside a group, so the result equals "compute P for
 every block and take the minimum (P, seq)" exactly — the reference the tests compare to.
 
+Hot-path cost (measured by ``benchmarks/saecache_overhead.py``): a block record is one
+``__slots__`` object created once per insert (queue, type and offset bucket are encoded in
+its group id, not stored); a hit that stays in its group is one ``move_to_end``; routing is
+inlined into ``on_hit``/``on_insert`` (``_route`` states the same rule, and a test checks the
+inlined copies against a plain reference); the group constant ``α_q · w_τ · posf`` is
+computed lazily, once per group and parameter version; the position factors are recomputed
+only when γ or o_max move; the predictor's expiry horizon only at learning boundaries.
+
 Online learning (one feedback loop; statistics are updated on every event, and the
 parameters used by P move only at request boundaries, every ``update_every`` requests):
 token-type weights are an EMA of "the block's next event was a reuse" (hit or
 miss-after-eviction = 1, eviction = 0); μ/σ per multi-turn queue are the running MLE
 (Welford on log inter-request gaps of sessions routed there); γ is the least-squares slope
 of log(1 − reuse rate) on log relative position over the structural queue's offset
-buckets; α_q is ``n · softmax(z_q / T)`` of each queue's hit tokens per resident token
+buckets, where a bucket's reuse rate = (hits + returns after eviction) / (hits +
+evictions) of structural prompt blocks — every residency ends in a hit or an eviction, so
+this counts each outcome once, whichever queue the block entered first (shared prefixes
+reach the structural queue on their first cross-session *hit*, so counting inserts as the
+opportunities, as an earlier revision did, saw only hits there and never fitted γ); α_q is ``n · softmax(z_q / T)`` of each queue's hit tokens per resident token
 (EMA), normalised by its mean so the temperature is scale-free.
 """
 
@@ -77,6 +89,7 @@ _TYPE_INDEX = {t: i for i, t in enumerate(TOKEN_TYPES)}
 NT = len(TOKEN_TYPES)
 NB = 16  # offset buckets: floor(log2(offset + 1))
 REASONING = _TYPE_INDEX["reasoning"]
+DECODE = _TYPE_INDEX["decode"]
 _STRUCTURE_TYPES = frozenset({_TYPE_INDEX["system"], _TYPE_INDEX["tool"]})
 _SQRT2 = math.sqrt(2.0)
 _MULTI = (Queue.CHAT, Queue.AGENTIC)
@@ -192,20 +205,31 @@ class _ConstTypes:
 
 
 class _Blk:
-    __slots__ = ("key", "tokens", "tau", "etau", "q", "ob", "last", "seq", "gid", "sid", "shared")
+    """One resident block. Its group id encodes (queue, effective type, offset bucket):
+    ``gid = (q·NT + etau)·NB + ob``, so those are not stored separately."""
 
-    def __init__(self, key: Key, tokens: int, tau: int = 0, sid: Hashable = None) -> None:
+    __slots__ = ("key", "tokens", "tau", "q", "last", "seq", "gid", "sid", "shared")
+
+    def __init__(self, key: Key, tokens: int, tau: int = 0, sid: Hashable = None,
+                 q: int = -1, gid: int = 0, seq: int = 0, last: float = 0.0) -> None:
         self.key = key
         self.tokens = tokens
         self.tau = tau
-        self.etau = tau
-        self.q = -1  # not in a group yet
-        self.ob = 0
-        self.last = 0.0
-        self.seq = 0
-        self.gid = 0
+        self.q = q  # -1: not in a group yet
+        self.last = last
+        self.seq = seq
+        self.gid = gid
         self.sid = sid
         self.shared = False
+
+    @property
+    def etau(self) -> int:
+        """Effective token type (the request's running arg-max of w, see ``_route``)."""
+        return (self.gid // NB) % NT if self.q > 0 else self.tau
+
+    @property
+    def ob(self) -> int:
+        return self.gid % NB
 
 
 def _gid(q: int, tau: int, ob: int) -> int:
@@ -258,6 +282,7 @@ class SAECache(PrefixPolicy):
         self._w = [1.0] * NT
         self._alpha = [1.0] * 4
         self._posf = [1.0] * NB
+        self._posf_key: tuple[float, int] | None = None
         self._mu = [0.0] * 4
         self._sig = [1.0] * 4
         self._version = 0
@@ -283,11 +308,18 @@ class SAECache(PrefixPolicy):
         self._alpha = list(st.alpha) if p.queue_weights else [1.0] * 4
         if p.position:
             g, om = st.gamma, st.o_max
-            self._posf = [1.0 - (min(bucket_start(b) + 1, om + 1) / (om + 2.0)) ** g for b in range(NB)]
+            if (g, om) != self._posf_key:  # γ is refitted rarely: skip 16 pows otherwise
+                self._posf_key = (g, om)
+                self._posf = [1.0 - (min(bucket_start(b) + 1, om + 1) / (om + 2.0)) ** g
+                              for b in range(NB)]
         else:
             self._posf = [1.0] * NB
         self._mu = list(st.mu)
         self._sig = list(st.sigma)
+        # Per-group constants of P, filled lazily by _group_const (a victim search touches
+        # ~10 groups per parameter version; building all 4·NT·NB eagerly cost more).
+        self._gc: dict[int, float] = {}
+        self._horizon = max(self.gaps[Queue.CHAT].quantile(), self.gaps[Queue.AGENTIC].quantile())
         self._version += 1
 
     def export_state(self) -> SAEState:
@@ -306,12 +338,23 @@ class SAECache(PrefixPolicy):
         dt = now - b.last
         if q == 0:  # evict-first is plain LRU: its blocks are already judged low-value
             return 1.0 / (dt + self._delta)
-        c = self._alpha[q] * self._w[b.etau]
-        if q == 1:
-            c *= self._posf[b.ob]
-        elif self._lognormal and dt > 0.0:
+        c = self._gc.get(b.gid)  # α_q · w_τ (· posf for structural)
+        if c is None:
+            c = self._group_const(b.gid)
+        if q > 1 and self._lognormal and dt > 0.0:
             c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
         return c / (dt + self._delta)
+
+    def _group_const(self, gid: int) -> float:
+        """``α_q · w_τ`` (times ``posf(ob)`` for structural) of group ``gid``, cached until
+        the parameters move."""
+        q, rest = divmod(gid, NT * NB)
+        t, ob = divmod(rest, NB)
+        c = self._alpha[q] * self._w[t]
+        if q == 1:
+            c *= self._posf[ob]
+        self._gc[gid] = c
+        return c
 
     def queue_of(self, key: Key) -> Queue:
         return Queue(self._blocks[key].q)
@@ -345,9 +388,8 @@ class SAECache(PrefixPolicy):
             x = self.tracker.predictor.vector(request_features(view, gap), view)
             multi = self.tracker.predictor.predict(x) >= self.p.continue_threshold
         self.tracker.record(sid, now, int(sq), x if learn else None)
-        horizon = max(self.gaps[Queue.CHAT].quantile(), self.gaps[Queue.AGENTIC].quantile())
-        self.tracker.expire(now, horizon, learn)
-        self._sid, self._multi, self._sq = sid, multi, sq
+        self.tracker.expire(now, self._horizon, learn)
+        self._sid, self._multi, self._sq = sid, multi, int(sq)
         self._run_tau = -1
         self._run_decode = False
         self._tcache = None
@@ -374,10 +416,12 @@ class SAECache(PrefixPolicy):
             eff = [self._hit_ema[q] / self._res_tokens[q] for q in qs]
             for q, a in zip(qs, softmax_weights(eff, self.p.temperature)):
                 st.alpha[q] = a
-        st.o_max = max(st.o_max, self._o_max_seen)
+        if self._o_max_seen > st.o_max:
+            st.o_max = self._o_max_seen
+        pa = self._pos_acc
         for k in range(NB):
-            if self._pos_acc[k] > 5000:  # forget slowly: halve the bucket's counts
-                self._pos_acc[k] *= 0.5
+            if pa[k] > 5000:  # forget slowly: halve the bucket's counts
+                pa[k] *= 0.5
                 self._pos_reuse[k] *= 0.5
         if self._requests % self.p.gamma_every < self.p.update_every:
             offs, reuse = [], []
@@ -408,9 +452,9 @@ class SAECache(PrefixPolicy):
             self._tcache = [_TYPE_INDEX.get(t, NT - 1) for t in v.block_types]
         return self._tcache
 
-    def _place(self, b: _Blk, i: int, now: float) -> None:
-        """(Re)route ``b`` and append it at its group's LRU tail; a resident block that
-        stays in its group is just moved to the tail (the common hit: O(1), no heap work).
+    def _route(self, tau: int, shared: bool, i: int, decode: bool) -> tuple[int, int, int, int]:
+        """(queue, effective type, offset bucket, group id) of a block of type ``tau`` at
+        index ``i`` of the current phase, updating the request's running type arg-max.
 
         Routing: reasoning → evict-first; shared across sessions → structural; a multi-turn
         session → its chat/agentic queue; a single-turn session's system/tool-schema prompt
@@ -420,43 +464,36 @@ class SAECache(PrefixPolicy):
         running arg-max of w over the blocks touched so far is the most valuable type among
         b's descendants in this request. Grouping b under that type keeps a prefix at least
         as valuable as its tail, so type weights never punch holes into a cached prefix.
+
+        The hot paths (:meth:`on_hit`, :meth:`on_insert`) inline this same rule; the tests
+        compare them with it.
         """
-        tau = b.tau
-        decode = self.view.decode
         if tau == REASONING:
-            q = 0
-        elif b.shared:
+            return 0, tau, 0, 0
+        if shared:
             q = 1
         elif self._multi:
-            q = self._sq
+            q = int(self._sq)
         elif tau in _STRUCTURE_TYPES and not decode:
             q = 1
         else:
-            q = 0
-        if q:
-            w = self._w
-            rt = self._run_tau
-            if rt < 0 or w[tau] > w[rt]:
-                self._run_tau = rt = tau
-            ob = (i + 1).bit_length() - 1 if (q == 1 and not decode) else 0
+            return 0, tau, 0, 0
+        w = self._w
+        rt = self._run_tau
+        if rt < 0 or w[tau] > w[rt]:
+            self._run_tau = rt = tau
+        ob = 0
+        if q == 1 and not decode:
+            ob = (i + 1).bit_length() - 1
             if ob >= NB:
                 ob = NB - 1
-            gid = (q * NT + rt) * NB + ob
-        else:
-            rt = tau
-            ob = 0
-            gid = 0
-        self._seq += 1
-        b.seq = self._seq
-        b.last = now
-        if b.gid == gid and b.q >= 0:  # resident and staying in its group: a touch
-            self._groups[gid].move_to_end(b.key)
-            return
+        return q, rt, ob, (q * NT + rt) * NB + ob
+
+    def _move(self, b: _Blk, q: int, rt: int, ob: int, gid: int, now: float) -> None:
+        """Put ``b`` (not in group ``gid``) at the tail of group ``gid``."""
         if b.q >= 0:
             self._unplace(b)
         b.q = q
-        b.etau = rt
-        b.ob = ob
         b.gid = gid
         g = self._groups[gid]
         g[b.key] = b
@@ -477,23 +514,60 @@ class SAECache(PrefixPolicy):
             self._nonempty.discard(b.gid)
 
     # -- events -------------------------------------------------------------------------
+    # on_hit / on_insert run once per block: they inline _route (one call less per block,
+    # no tuple), and a hit that stays in its group is a single OrderedDict.move_to_end.
     def on_hit(self, key: Key, i: int, now: float) -> None:
         b = self._blocks[key]
         v = self.view
+        decode = v.decode
         types = self._tcache
-        if types is None or v.decode != self._run_decode:
+        if types is None or decode != self._run_decode:
             types = self._types()
+        tau = b.tau
         if self._learn:
             r = self._reuse
-            r[b.tau] += self._type_rate * (1.0 - r[b.tau])
+            r[tau] += self._type_rate * (1.0 - r[tau])
         if i < len(types):
-            b.tau = types[i]
-        if b.sid != self._sid:
+            b.tau = tau = types[i]
+        sid = self._sid
+        if b.sid != sid:
             b.shared = True
-            b.sid = self._sid
-        self._place(b, i, now)
-        if not v.decode:
-            q = b.q
+            b.sid = sid
+        # routing (= _route)
+        if tau == REASONING:
+            q = gid = ob = 0
+            rt = tau
+        else:
+            if b.shared:
+                q = 1
+            elif self._multi:
+                q = self._sq
+            elif tau in _STRUCTURE_TYPES and not decode:
+                q = 1
+            else:
+                q = 0
+            if q:
+                w = self._w
+                rt = self._run_tau
+                if rt < 0 or w[tau] > w[rt]:
+                    self._run_tau = rt = tau
+                ob = 0
+                if q == 1 and not decode:
+                    ob = (i + 1).bit_length() - 1
+                    if ob >= NB:
+                        ob = NB - 1
+                gid = (q * NT + rt) * NB + ob
+            else:
+                gid = ob = 0
+                rt = tau
+        self._seq = seq = self._seq + 1
+        b.seq = seq
+        b.last = now
+        if b.gid == gid:  # stays in its group: a touch (the common hit: O(1), no heap work)
+            self._groups[gid].move_to_end(key)
+        else:
+            self._move(b, q, rt, ob, gid, now)
+        if not decode:
             if i < v.hit_blocks:
                 self._hit_now[q] += b.tokens
             if q == 1 and self._learn:
@@ -506,18 +580,53 @@ class SAECache(PrefixPolicy):
                     self._o_max_seen = i
 
     def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
+        v = self.view
+        decode = v.decode
         types = self._tcache
-        if types is None or self.view.decode != self._run_decode:
+        if types is None or decode != self._run_decode:
             types = self._types()
-        b = _Blk(key, tokens, types[i] if i < len(types) else NT - 1, self._sid)
-        ghost = self._ghost.pop(key, None)
+        tau = types[i] if i < len(types) else NT - 1
+        ghost = self._ghost.pop(key, None) if self._ghost else None
         if ghost is not None and self._learn:  # a miss after eviction: that type was undervalued
             r = self._reuse
             r[ghost] += self._type_rate * (1.0 - r[ghost])
+        # routing (= _route for a block no other session has touched yet)
+        q = 0
+        if tau != REASONING:
+            if self._multi:
+                q = self._sq
+            elif tau in _STRUCTURE_TYPES and not decode:
+                q = 1
+        ob = 0
+        if q:
+            w = self._w
+            rt = self._run_tau
+            if rt < 0 or w[tau] > w[rt]:
+                self._run_tau = rt = tau
+            if q == 1 and not decode:
+                ob = (i + 1).bit_length() - 1
+                if ob >= NB:
+                    ob = NB - 1
+            gid = (q * NT + rt) * NB + ob
+        else:
+            gid = 0
+        self._seq = seq = self._seq + 1
+        b = _Blk(key, tokens, tau, self._sid, q, gid, seq, now)
         self._blocks[key] = b
-        self._place(b, i, now)
-        if b.q == 1 and self._learn and not self.view.decode:
-            self._learn_position(i, ghost is not None)
+        g = self._groups[gid]
+        g[key] = b
+        self._res_tokens[q] += tokens
+        self._res_count[q] += 1
+        if q:
+            if len(g) == 1:
+                self._nonempty.add(gid)
+                if self._hnow == now and self._hver == self._version:
+                    heapq.heappush(self._heap, (self._prio(b, now), seq, gid))
+            if q == 1 and self._learn and not decode:
+                if ghost is not None:  # its eviction was counted as "not reused": it was
+                    self._pos_reuse[ob] += 1.0  # (ob = offset_bucket(i))
+                if i > self._o_max_seen:
+                    self._o_max_seen = i
 
     def victim(self, now: float) -> Key:
         if self._res_count[0]:  # evict-first: emptied first, LRU order
@@ -526,41 +635,49 @@ class SAECache(PrefixPolicy):
             self._res_count[0] -= 1
         else:
             b = self._victim_main(now)
-        del self._blocks[b.key]
+        key = b.key
+        del self._blocks[key]
         if self._learn:
             r = self._reuse
-            r[b.tau] -= self._type_rate * r[b.tau]
+            tau = b.tau
+            r[tau] -= self._type_rate * r[tau]
+            if b.q == 1 and tau != DECODE:  # a structural residency that ended unreused
+                self._pos_acc[b.gid % NB] += 1.0
         ghost = self._ghost
-        ghost[b.key] = b.tau
+        ghost[key] = b.tau
         if len(ghost) > self._ghost_limit:
             ghost.popitem(last=False)
             if len(ghost) > self._ghost_limit:
                 ghost.popitem(last=False)
-        return b.key
+        return key
 
     def _victim_main(self, now: float) -> _Blk:
+        """Pop the minimum-P block of the structural/chat/agentic queues (see the module
+        docstring: the minimum over group heads, kept in a heap valid for one ``now``)."""
         if now != self._hnow or self._version != self._hver:
             self._rebuild(now)
         heap = self._heap
         groups = self._groups
-        prio = self._prio
         while heap:
-            top = heap[0]
-            gid = top[2]
+            _, seq, gid = heap[0]
             g = groups[gid]
             if not g:
                 heapq.heappop(heap)
                 continue
             b = next(iter(g.values()))
-            if b.seq != top[1]:  # stale head: re-enter the group with its current head
-                heapq.heapreplace(heap, (prio(b, now), b.seq, gid))
+            if b.seq != seq:  # stale head: re-enter the group with its current head
+                heapq.heapreplace(heap, (self._prio(b, now), b.seq, gid))
                 continue
-            self._unplace(b)
+            del g[b.key]  # = _unplace(b), inlined
+            q = b.q
+            self._res_tokens[q] -= b.tokens
+            self._res_count[q] -= 1
             if g:
                 nb = next(iter(g.values()))
-                heapq.heapreplace(heap, (prio(nb, now), nb.seq, gid))
+                heapq.heapreplace(heap, (self._prio(nb, now), nb.seq, gid))
             else:
                 heapq.heappop(heap)
+                self._nonempty.discard(gid)
             return b
         raise LookupError("victim() on an empty SAECache")
 
@@ -598,6 +715,8 @@ class SAECache(PrefixPolicy):
         if self.p.learn:
             r = self.state.type_reuse
             r[b.tau] += self.p.type_rate * (0.0 - r[b.tau])
+            if b.q == 1 and b.tau != DECODE:  # as in victim(): an unreused structural residency
+                self._pos_acc[b.gid % NB] += 1.0
         self._ghost[key] = b.tau
         while len(self._ghost) > self._ghost_limit:
             self._ghost.popitem(last=False)
