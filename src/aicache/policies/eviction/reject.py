@@ -8,42 +8,14 @@ policy honours the same contract as every other one.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
-
-from aicache.policies.base import EvictionPolicy, Key
+from aicache.policies.base import Key
+from aicache.policies.eviction.fifo import FIFO
 
 
-class RejectWhenFull(EvictionPolicy):
+class RejectWhenFull(FIFO):
     name = "reject-when-full"
     may_reject = True
-    __slots__ = ("_order",)
-
-    def __init__(self, capacity: int, **kw: Any) -> None:
-        super().__init__(capacity, **kw)
-        self._order: OrderedDict[Key, None] = OrderedDict()
+    __slots__ = ()
 
     def admit(self, key: Key, size: int, used: int, now: float) -> bool:
         return used + size <= self.capacity
-
-    def on_hit(self, key: Key, size: int, now: float) -> None:
-        pass
-
-    def on_insert(self, key: Key, size: int, now: float) -> None:
-        self._order[key] = None
-
-    def victim(self, now: float) -> Key:
-        return self._order.popitem(last=False)[0]
-
-    def on_remove(self, key: Key) -> None:
-        del self._order[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._order
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def keys(self) -> Iterable[Key]:
-        return self._order.keys()
