@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,9 @@ from aicache.traces.base import Phase
 
 MiB = 1 << 20
 _CHUNK = 1 << 18  #: reads converted to Python lists at a time
+#: :func:`load_workload` streams traces longer than this (the per-read columns of a
+#: materialised trace cost ~33 bytes per read: 4 M reads ~ 140 MB).
+STREAM_ABOVE = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,20 +89,48 @@ class BlockWorkload:
     """
 
     name: str
-    obj_id: np.ndarray
-    obj_size: np.ndarray
-    unit: np.ndarray  # int codes into ``units``
+    obj_id: np.ndarray | None  # None for a streamed workload (see ``source``)
+    obj_size: np.ndarray | None
+    unit: np.ndarray | None  # int codes into ``units``
     units: list[str]
-    phase: np.ndarray  # int8 Phase values
+    phase: np.ndarray | None  # int8 Phase values
     segments: list[PhaseSegment]
     block_size_of: dict[int, int] | list[int]
     block_unit_of: dict[int, int] | list[int]
     workers: int
     default_cache_bytes: int | None = None
     dataset_bytes: int = 0
+    #: Streamed workloads: ``source(i)`` yields segment ``i``'s block ids in int64 chunks;
+    #: sizes and unit codes come from ``block_arrays`` (sizes, unit codes per block).
+    source: Callable[[int], Iterator[np.ndarray]] | None = None
+    block_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
+        if self.obj_id is None:
+            return self.segments[-1].end if self.segments else 0
         return int(self.obj_id.shape[0])
+
+    def segment_chunks(self, i: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(block ids, sizes, unit codes) of segment ``i`` in order, a chunk at a time."""
+        seg = self.segments[i]
+        if self.source is None:
+            assert self.obj_id is not None and self.obj_size is not None and self.unit is not None
+            for c0 in range(seg.start, seg.end, _CHUNK):
+                c1 = min(seg.end, c0 + _CHUNK)
+                yield self.obj_id[c0:c1], self.obj_size[c0:c1], self.unit[c0:c1]
+            return
+        assert self.block_arrays is not None
+        sizes, unit_codes = self.block_arrays
+        for ids in self.source(i):
+            yield ids, sizes[ids], unit_codes[ids]
+
+    def all_ids(self) -> np.ndarray:
+        """Every read's block id (materialised: only for consumers that need the whole
+        future, such as the clairvoyant bound)."""
+        if self.obj_id is not None:
+            return self.obj_id
+        parts = [c[0] for i in range(len(self.segments)) for c in self.segment_chunks(i)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 @dataclass(slots=True)
@@ -168,6 +200,20 @@ def workload_from_workflow(trace: Any) -> BlockWorkload:
     )
 
 
+def workload_from_stream(stream: Any) -> BlockWorkload:
+    """A :class:`~aicache.traces.workflows.WorkflowStream` as simulator input: the same
+    replay as :func:`workload_from_workflow` of the materialised trace, in O(dataset) memory."""
+    ds = stream.dataset
+    segs = [PhaseSegment(p.name, p.pattern, p.start, p.end, p.compute_s) for p in stream.phases]
+    sizes, files = ds.block_sizes(), ds.block_files()
+    return BlockWorkload(
+        name=stream.workload, obj_id=None, obj_size=None, unit=None, units=ds.paths, phase=None,
+        segments=segs, block_size_of=sizes.tolist(), block_unit_of=files.tolist(),
+        workers=stream.workers, default_cache_bytes=stream.cache_bytes, dataset_bytes=ds.total_bytes,
+        source=lambda i: stream.chunks(i, _CHUNK), block_arrays=(sizes, files),
+    )
+
+
 def workload_from_trace(path: str, *, workers: int = 8, fmt: str = "auto") -> BlockWorkload:
     """A block trace file. Phases = runs of one label; per-read compute = the gap to the next
     read's timestamp × ``workers`` (the generators write the zero-I/O schedule, so this
@@ -209,12 +255,23 @@ def workload_from_trace(path: str, *, workers: int = 8, fmt: str = "auto") -> Bl
 
 
 def load_workload(name: str, *, scale: float = 1.0, seed: int = 0,
-                  variant: str | None = None) -> BlockWorkload:
-    """Workload ``name`` (W1..W3, T1..T6, optionally a generator variant) in memory."""
+                  variant: str | None = None, stream: bool | None = None) -> BlockWorkload:
+    """Workload ``name`` (W1..W3, T1..T6, optionally a generator variant).
+
+    ``stream``: True = replay from a :class:`~aicache.traces.workflows.WorkflowStream`
+    (per-read columns one chunk at a time), False = materialise the trace, None = stream
+    when the trace has more than :data:`STREAM_ABOVE` reads. Both give identical results.
+    """
     from aicache.traces.gen import WORKFLOWS
 
     if not isinstance(name, str) or name.upper() not in WORKFLOWS:
         raise BadInput(f"unknown workload {name!r}; valid: {', '.join(WORKFLOWS.names())}")
+    if stream is None or stream:
+        from aicache.traces.workflows import plan_workflow
+
+        plan = plan_workflow(name, scale, seed, variant=variant)
+        if stream or len(plan) > STREAM_ABOVE:
+            return workload_from_stream(plan)
     if variant is not None:
         from aicache.traces.workflows import generate_workflow
 
@@ -271,7 +328,7 @@ def simulate_datacache(
     if isinstance(system, str):
         params = dict(system_params or {})
         if system == "clairvoyant":
-            params.setdefault("trace", wl.obj_id)
+            params.setdefault("trace", wl.all_ids())
         sysobj = make_system(system, capacity, block_size, advisor=advisor, seed=seed, **params)
         sysname = system
     else:
@@ -284,9 +341,16 @@ def simulate_datacache(
 
 def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int,
          cm: CostModel) -> DataCacheResult:
+    """The replay loop. Hot path (one iteration per read): every lookup is a bound local,
+    the trace is converted to Python lists one chunk at a time (no per-read objects besides
+    the floats the clock needs), the worker pool is a heap updated in place with
+    ``heapreplace``, arrivals are drained inline, and ``tick`` is skipped for systems that
+    do not override it. Same event order as the straightforward loop, so results are
+    identical to the byte."""
     hit_s = cm.hit_ms / 1000.0
     miss_s = cm.miss_ms / 1000.0
     bw = float(cm.remote_bw)
+    pf_cap = cm.prefetch_inflight
     units = wl.units
     bsize_of = wl.block_size_of
     bunit_of = wl.block_unit_of
@@ -306,8 +370,19 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
     remote = 0
     io_wait = 0.0
     on_access = system.on_access
+    admit = system.admit
+    victim = system.victim
+    on_insert = system.on_insert
     tick = system.tick
+    if getattr(tick, "__func__", None) is DataCacheSystem.tick:
+        tick = None  # the base class's no-op: skip a call per read
     observe = getattr(system, "observe_label", None)
+    heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
+    store_pop = store.pop
+    unread_discard = unread.discard
+    unread_add = unread.add
+    inflight_get = inflight.get
+    bsize_get = None if dense else bsize_of.get  # type: ignore[union-attr]
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal used, evictions, rejected, pf_pending
@@ -318,32 +393,25 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
             return
         size = bsize_of[block]
         uname = units[bunit_of[block]]
-        if size > capacity or not system.admit(uname, block, size, used, t):
+        if size > capacity or not admit(uname, block, size, used, t):
             rejected += 1
-            unread.discard(block)
+            unread_discard(block)
             return
         while used + size > capacity:
-            v = system.victim(t)
-            used -= store.pop(v)
+            v = victim(t)
+            used -= store_pop(v)
             evictions += 1
-            unread.discard(v)
+            unread_discard(v)
         store[block] = size
         used += size
-        if system.on_insert(uname, block, size, t, is_pf) is False:
-            used -= store.pop(block)
-            unread.discard(block)
-
-    def drain(t: float) -> None:
-        while arrivals and arrivals[0][0] <= t:
-            at, _, b = heapq.heappop(arrivals)
-            fl = inflight.get(b)
-            if fl is not None and fl[0] == at:  # else superseded or already stored
-                arrive(b, at, fl[1])
+        if on_insert(uname, block, size, t, is_pf) is False:
+            used -= store_pop(block)
+            unread_discard(block)
 
     phases: list[PhaseResult] = []
     clock = 0.0
     W = max(1, wl.workers)
-    for seg in wl.segments:
+    for si, seg in enumerate(wl.segments):
         workers = [clock] * W
         comp = seg.compute_s
         comp_list = comp.tolist() if isinstance(comp, np.ndarray) else None
@@ -352,54 +420,60 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
         label = seg.pattern
         if observe is not None:
             observe(label if label in ("sequential", "random", "skewed") else None, clock)
-        for c0 in range(seg.start, seg.end, _CHUNK):
-            c1 = min(seg.end, c0 + _CHUNK)
+        c0 = seg.start
+        for id_arr, size_arr, unit_arr in wl.segment_chunks(si):
             # per-chunk Python lists: fast indexing without a list per column of the trace
-            ids = wl.obj_id[c0:c1].tolist()
-            sizes = wl.obj_size[c0:c1].tolist()
-            ucodes = wl.unit[c0:c1].tolist()
-            comps = comp_list[c0 - seg.start:c1 - seg.start] if comp_list else None
-            for j in range(c1 - c0):
-                now = heapq.heappop(workers)
-                if arrivals and arrivals[0][0] <= now:
-                    drain(now)
-                tick(now)
-                b = ids[j]
-                size = sizes[j]
+            c1 = c0 + id_arr.shape[0]
+            ids = id_arr.tolist()
+            sizes = size_arr.tolist()
+            unames = [units[u] for u in unit_arr.tolist()]
+            comps = (comp_list[c0 - seg.start:c1 - seg.start] if comp_list
+                     else [comp_const] * (c1 - c0))
+            c0 = c1
+            for b, size, uname, cpt in zip(ids, sizes, unames, comps):
+                now = workers[0]  # the earliest-free worker takes this read
+                while arrivals and arrivals[0][0] <= now:
+                    at, _, ab = heappop(arrivals)
+                    fl = inflight_get(ab)
+                    if fl is not None and fl[0] == at:  # else superseded or already stored
+                        arrive(ab, at, fl[1])
+                if tick is not None:
+                    tick(now)
                 if b in store:
-                    hit = True
+                    resident = True
                     lat = hit_s
+                    hits += 1
+                    seg_hits += 1
                 else:
-                    fl = inflight.get(b)
+                    fl = inflight_get(b)
                     if fl is not None and (not fl[1] or fl[2] <= now):
                         # a fetch already on the wire: wait for the rest, then it is stored
                         at, is_pf, _ = fl
                         lat = at - now + hit_s
                         arrive(b, now, is_pf)
-                        hit = is_pf
+                        resident = b in store
                         if is_pf:
                             late += 1
+                            hits += 1
+                            seg_hits += 1
                     else:
                         if fl is not None:
                             # a prefetch still queued behind others: the read does not wait
                             # for the queue; it fetches on demand (the queued fetch is wasted)
                             del inflight[b]
                             pf_pending -= 1
-                            unread.discard(b)
-                        hit = False
+                            unread_discard(b)
+                        resident = False
                         lat = miss_s + size / bw
                         remote += size
                         inflight[b] = (now + lat, False, now)
                         seq += 1
-                        heapq.heappush(arrivals, (now + lat, seq, b))
-                if hit:
-                    hits += 1
-                    seg_hits += 1
+                        heappush(arrivals, (now + lat, seq, b))
                 if b in unread:
-                    unread.discard(b)
+                    unread_discard(b)
                     pf_used += 1
                 # the system sees residency (a read joining a demand fetch uses the stored block)
-                pf = on_access(units[ucodes[j]], b, size, b in store, now)
+                pf = on_access(uname, b, size, resident, now)
                 if pf:
                     for p in pf:
                         if p in store or p in inflight:
@@ -409,26 +483,26 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
                                 continue
                             psize = bsize_of[p]  # type: ignore[index]
                         else:
-                            psize = bsize_of.get(p)  # type: ignore[union-attr]
+                            psize = bsize_get(p)  # type: ignore[misc]
                             if psize is None:
                                 continue
-                        if pf_pending >= cm.prefetch_inflight:
+                        if pf_pending >= pf_cap:
                             dropped += 1
                             continue
-                        start = heapq.heappop(pslots)
+                        start = pslots[0]
                         if start < now:
                             start = now
                         done = start + miss_s + psize / bw
-                        heapq.heappush(pslots, done)
+                        heapreplace(pslots, done)
                         inflight[p] = (done, True, start)
                         seq += 1
-                        heapq.heappush(arrivals, (done, seq, p))
+                        heappush(arrivals, (done, seq, p))
                         pf_pending += 1
                         prefetched += 1
                         remote += psize
-                        unread.add(p)
+                        unread_add(p)
                 io_wait += lat
-                heapq.heappush(workers, now + lat + (comps[j] if comps else comp_const))
+                heapreplace(workers, now + lat + cpt)
         end = max(workers) if workers else clock
         n = seg.end - seg.start
         phases.append(PhaseResult(seg.name, seg.pattern, n, seg_hits / n if n else 0.0, end - clock))

@@ -18,13 +18,15 @@ compute divided over its reads) and the workload a loader concurrency; the trace
 simulator turns back into per-read compute.
 
 Deterministic: the same (name, scale, seed) gives the same trace, byte for byte.
+:func:`generate_workflow` materialises it; :func:`plan_workflow` gives the same reads as a
+replayable stream of chunks (O(dataset) memory, for the ~1 TB runs).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -290,10 +292,7 @@ def _phase_order(ph: PhaseSpec, n_items: int, rng: np.random.Generator) -> np.nd
     raise ValueError(f"unknown phase kind {ph.kind!r}")
 
 
-def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
-                      block_size: int = BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
-    """Generate workload ``name`` (W1..W3, T1..T6; optionally a :data:`VARIANTS` variant)
-    as an in-memory block trace."""
+def _spec(name: str, variant: str | None) -> WorkflowSpec:
     spec = SPECS.get(name.upper()) if isinstance(name, str) else None
     if spec is None:
         raise BadInput(f"unknown workload {name!r}; valid: {', '.join(SPECS)}")
@@ -303,8 +302,20 @@ def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
             raise BadInput(f"workload {spec.id} has no variant {variant!r}; valid: "
                            f"{', '.join(variants) or 'none'}")
         spec = variants[variant]
+    return spec
+
+
+def _check_scale(scale: float) -> None:
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise BadInput(f"--scale {scale!r} must be a positive number, e.g. 0.05 or 1.0")
+
+
+def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
+                      block_size: int = BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
+    """Generate workload ``name`` (W1..W3, T1..T6; optionally a :data:`VARIANTS` variant)
+    as an in-memory block trace."""
+    spec = _spec(name, variant)
+    _check_scale(scale)
     ds = build_dataset(spec, scale, seed, block_size)
     starts, ends = _items(spec, ds)
     rng = np.random.default_rng([seed, 2])
@@ -331,6 +342,83 @@ def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
         file=bfiles[obj], phase=np.concatenate(labels), timestamp=np.concatenate(ts),
         phases=phases, cache_bytes=int(round(spec.cache_gib * GiB * scale)), workers=spec.workers,
     )
+
+
+@dataclass(slots=True)
+class WorkflowStream:
+    """A generated workflow as a *plan*, replayed chunk by chunk (:meth:`chunks`).
+
+    Same trace as :func:`generate_workflow` (same RNG draws in the same order), but no
+    per-read array is ever materialised: memory is O(dataset) — the block table and one
+    phase's item order (a permutation of the items, or a skewed phase's draws) — and the
+    per-read columns exist only one chunk at a time. ``phases`` carries exact read ranges,
+    counted in a planning pass that keeps the RNG state at each phase's start, so a phase
+    can be regenerated identically, as often as needed.
+    """
+
+    workload: str
+    spec: WorkflowSpec
+    dataset: Dataset
+    phases: list[PhaseRange]
+    cache_bytes: int
+    workers: int
+    _starts: np.ndarray
+    _ends: np.ndarray
+    _states: list[dict]  # bit-generator state at each phase's start
+
+    def __len__(self) -> int:
+        return self.phases[-1].end if self.phases else 0
+
+    def chunks(self, phase: int, chunk: int = 1 << 18) -> Iterator[np.ndarray]:
+        """Block ids of phase ``phase``, in order, as int64 arrays of about ``chunk`` reads
+        (a chunk boundary never splits an item; a multi-block item may overshoot)."""
+        ph = self.spec.phases[phase]
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self._states[phase]
+        starts, ends = self._starts, self._ends
+        lens = ends - starts
+        per_item = max(1.0, float(lens.mean())) if lens.size else 1.0
+        step = max(1, int(chunk / per_item))
+        for order in _phase_orders(ph, starts.size, rng):
+            for i in range(0, order.size, step):
+                yield _expand(order[i:i + step], starts, ends)
+
+
+def _phase_orders(ph: PhaseSpec, n_items: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """:func:`_phase_order` in pieces (one pass at a time), drawing from ``rng`` exactly
+    as it does, so the concatenation is the same array."""
+    if ph.kind == "sequential":
+        for _ in range(ph.passes):
+            yield np.arange(n_items, dtype=np.int64)
+    elif ph.kind == "random":
+        for _ in range(ph.passes):
+            yield rng.permutation(n_items)
+    else:
+        yield _phase_order(ph, n_items, rng)
+
+
+def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int = BLOCK_SIZE, *,
+                  variant: str | None = None) -> WorkflowStream:
+    """Workload ``name`` as a :class:`WorkflowStream` (for traces too large to hold)."""
+    spec = _spec(name, variant)
+    _check_scale(scale)
+    ds = build_dataset(spec, scale, seed, block_size)
+    starts, ends = _items(spec, ds)
+    lens = ends - starts
+    blocks_per_pass = int(lens.sum())
+    rng = np.random.default_rng([seed, 2])
+    phases: list[PhaseRange] = []
+    states: list[dict] = []
+    pos = 0
+    for ph in spec.phases:
+        states.append(rng.bit_generator.state)
+        n = 0
+        for order in _phase_orders(ph, starts.size, rng):
+            n += blocks_per_pass if ph.kind != "skewed" else int(lens[order].sum())
+        phases.append(PhaseRange(ph.name, ph.kind, pos, pos + n, ph.compute_ms / 1000.0))
+        pos += n
+    return WorkflowStream(spec.id, spec, ds, phases, int(round(spec.cache_gib * GiB * scale)),
+                          spec.workers, starts, ends, states)
 
 
 def write_workflow(trace: WorkflowTrace, path: str) -> int:
