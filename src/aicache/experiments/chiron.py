@@ -177,6 +177,7 @@ class EndToEnd(Experiment):
         norm_rows: list[dict[str, Any]] = []
         goals_wf: list[bool] = []
         goals_t: list[bool] = []
+        goals_var: list[bool] = []
         for (w, variant, seed, scale), rs in groups.items():
             w_label = f"{w}:{variant}" if variant else w
             by = {r["system"]: r for r in rs}
@@ -206,7 +207,9 @@ class EndToEnd(Experiment):
                             "chiron above clairvoyant JCT %": gap,
                             "diagnosis accuracy": ch["diagnosis_accuracy"],
                             "mean recovery (s)": ch.get("recovery_s_mean")})
-            if w in WORKFLOWS:
+            if variant:  # a generator variant beyond the seed's workloads: reported apart
+                goals_var.append(ch["chr"] >= best_chr["chr"] and red >= 14.0)
+            elif w in WORKFLOWS:
                 goals_wf.append(ch["chr"] >= best_chr["chr"] and red >= 14.0)
             else:
                 goals_t.append(red >= -2.0)
@@ -218,12 +221,17 @@ class EndToEnd(Experiment):
                            title="JCT normalised to JuiceFS (seed 0)", ylabel="JCT / JuiceFS")
             figures = [Figure(p1, "Block-level cache hit ratio per workload and system (Fig. 11/12 left)."),
                        Figure(p2, "Job completion time normalised to JuiceFS (Fig. 11/12 right).")]
+        def goal(text: str, runs: list[bool]) -> dict[str, Any]:
+            # met None = not evaluated (e.g. the demo's W1-only filter has no T runs)
+            return {"goal": text, "met": all(runs) if runs else None,
+                    "value": f"{sum(runs)}/{len(runs)} runs" if runs else "not run"}
+
         goals = [
-            {"goal": "W1–W3: chiron has the highest CHR and JCT >= 14% below the best baseline",
-             "met": bool(goals_wf) and all(goals_wf), "value": f"{sum(goals_wf)}/{len(goals_wf)} runs"},
-            {"goal": "T1–T6: chiron never more than 2% slower than the best baseline",
-             "met": bool(goals_t) and all(goals_t), "value": f"{sum(goals_t)}/{len(goals_t)} runs"},
+            goal("W1–W3: chiron has the highest CHR and JCT >= 14% below the best baseline", goals_wf),
+            goal("T1–T6: chiron never more than 2% slower than the best baseline", goals_t),
         ]
+        if goals_var:
+            goals.append(goal("variants (not in the seed, not a goal): the same W1–W3 bar", goals_var))
         return ReportSection(
             title=self.title,
             description=("Same cost model and fetch budget for every system. Baselines: nocache, "

@@ -24,12 +24,13 @@ class DemoEntry:
     why: str = ""
 
 
-#: Measured on the shared 2-core machine: chiron-e2e W1 at full scale ~10 s,
-#: cache-policies quick ~3 s.
+#: Measured on the shared 2-core machine: chiron-e2e W1 at full scale ~10 s, saria-agent
+#: full (8 replays of ~1 M block events) ~45 s on 2 workers, cache-policies quick ~3 s,
+#: datacache-real ~90 s; the whole demo ~2.5 min.
 DEMO_EXPERIMENTS: list[DemoEntry] = [
     DemoEntry("chiron-e2e", quick=False, select={"workload": "W1", "check": "main", "seed": 0},
               why="Chiron vs JuiceFS/Alluxio/JuiceFS-Adaptive on workflow W1, full scale"),
-    DemoEntry("saria-agent", quick=True, why="SARIA vs LMCache-style baselines on agent sessions"),
+    DemoEntry("saria-agent", quick=False, why="SARIA vs LMCache-style baselines on agent sessions"),
     DemoEntry("cache-policies", quick=True, why="eviction-policy miss-ratio curves"),
     DemoEntry("datacache-real", quick=False, why="the real data cache: a PyTorch job over moto S3, JCT/CHR per system"),
 ]
