@@ -85,6 +85,10 @@ class EngineParams:
     #: when hits re-check the block checksum: "full" (every read), "stat" (once per
     #: content version of the block file), "none" — see :mod:`aicache.datacache.store`
     verify: str = "stat"
+    #: list the whole dataset root once (``find``) on first access, so block ids follow
+    #: the sorted path order across folders and readahead crosses folder boundaries; off,
+    #: each folder is listed on its first read (ids then follow the order folders are met)
+    list_root: bool = True
 
 
 def file_version(info: dict[str, Any]) -> str:
@@ -286,6 +290,9 @@ class CacheEngine:
 
     def _ensure_mapped(self, meta: FileMeta) -> None:
         parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
+        if self._root and self.params.list_root and self._root not in self._listed \
+                and meta.path.startswith(self._root + "/"):
+            self._map_root()
         if parent not in self._listed:
             try:
                 entries = self._remote(self.target.ls, parent or "/", detail=True)
@@ -312,6 +319,32 @@ class CacheEngine:
             base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
             self._bases[meta.path] = base
             self._nblocks[meta.path] = have
+
+    def _map_root(self) -> None:
+        """Register every file under the dataset root at once, sorted by path: a sorted
+        traversal of the dataset is then one stride, across folder boundaries too."""
+        try:
+            found = self._remote(self.target.find, self._root, detail=True)
+        except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
+            found = {}
+        files = []
+        with self._lock:
+            if self._root in self._listed:
+                return
+            self._listed.add(self._root)
+            now = time.monotonic()
+            for name, e in found.items():
+                if e.get("type") != "file":
+                    continue
+                name = self.target._strip_protocol(name)
+                m = FileMeta(name, int(e["size"]), file_version(e))
+                self._meta.setdefault(name, (m, now))
+                files.append((name, m.size))
+                self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
+        if files:
+            for path, (base, n) in self.policy.register(files).items():
+                self._bases[path] = base
+                self._nblocks[path] = n
 
     def block_id(self, path: str, index: int) -> int:
         """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""

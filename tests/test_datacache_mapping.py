@@ -1,0 +1,71 @@
+"""Block ids follow the sorted path order of the whole dataset, whatever order folders are
+first read in, so a sorted traversal is one stride and readahead crosses folder boundaries
+(CHIRON.md: "files sorted by path get consecutive ranges")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from aicache.datacache.engine import CacheEngine, EngineParams
+
+BLOCK = 4096
+
+
+def _dataset(root: Path) -> list[str]:
+    paths = []
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir(parents=True)
+        for i in range(3):
+            p = root / folder / f"{i}.bin"
+            p.write_bytes(bytes([i]) * BLOCK)  # one block each
+            paths.append(str(p))
+    return sorted(paths)
+
+
+@pytest.mark.parametrize("first", ["c", "b"])
+def test_ids_follow_sorted_paths_across_folders(tmp_path: Path, first: str) -> None:
+    paths = _dataset(tmp_path / "data")
+    e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="alluxio",
+                    params=EngineParams(block_size=BLOCK), root=str(tmp_path / "data"))
+    try:
+        # meet a later folder first: ids must not depend on the order folders are read in
+        e.stat(next(p for p in paths if f"/{first}/" in p))
+        ids = [e.block_id(e.stat(p).path, 0) for p in paths]
+        assert ids == list(range(ids[0], ids[0] + len(paths)))
+    finally:
+        e.close()
+
+
+def test_without_root_listing_ids_follow_first_read_order(tmp_path: Path) -> None:
+    """The reference behaviour the root listing fixes: folder by folder, in the order met."""
+    paths = _dataset(tmp_path / "data")
+    e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="alluxio",
+                    params=EngineParams(block_size=BLOCK, list_root=False),
+                    root=str(tmp_path / "data"))
+    try:
+        e.stat(paths[-1])  # folder c first
+        ids = [e.block_id(e.stat(p).path, 0) for p in paths]
+        assert ids != sorted(ids)
+    finally:
+        e.close()
+
+
+def test_readahead_crosses_a_folder_boundary(tmp_path: Path) -> None:
+    """juicefs (sequential readahead) reading a/ in order prefetches b/0.bin before it is
+    asked for, so the first read of the next folder is a hit."""
+    paths = _dataset(tmp_path / "data")
+    e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="juicefs",
+                    params=EngineParams(block_size=BLOCK), root=str(tmp_path / "data"))
+    try:
+        for p in paths[:3]:  # a/0, a/1, a/2
+            assert e.read(p) == Path(p).read_bytes()
+        e.wait_prefetches()
+        hits = e.stats()["hits"]
+        assert e.read(paths[3]) == Path(paths[3]).read_bytes()  # b/0.bin
+        assert e.stats()["hits"] == hits + 1, "b/0.bin was not prefetched across the boundary"
+    finally:
+        e.close()
