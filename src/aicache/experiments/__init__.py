@@ -7,8 +7,6 @@ from aicache.registry import Registry
 
 EXPERIMENTS: Registry[type[Experiment]] = Registry("experiment")
 
-# Registered as they land, e.g.:
-# EXPERIMENTS.register("chiron-e2e", "aicache.experiments.chiron:EndToEnd", "Chiron Fig. 11/12")
 EXPERIMENTS.register("cache-policies", "aicache.experiments.cache_policies:CachePolicies", "eviction-policy MRCs (libCacheSim-style)")
 EXPERIMENTS.register("chiron-e2e", "aicache.experiments.chiron:EndToEnd", "Chiron Fig. 11/12: W1-W3, T1-T6 x systems")
 EXPERIMENTS.register("chiron-micro", "aicache.experiments.chiron:Micro", "Chiron Fig. 13: eviction/prefetch on W3")
