@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicache.policies import PREFETCH
@@ -171,3 +171,15 @@ def test_sample_rest_never_prefetches_single_block_samples_and_follows_the_media
     assert p.rest("d") == sorted(lengths[:-1] + [lengths[-1]])[len(lengths) // 2] - 1 == 2
     # a plain sequential read is one long run: nothing asked beyond the stride prefetcher's job
     assert all(o == [] for o in feed(SampleRestPrefetcher(), range(100)))
+
+
+@given(st.integers(1, 4), st.lists(st.integers(0, 7), min_size=1, max_size=300))
+@settings(max_examples=150, deadline=None)
+def test_sfp_incremental_top_matches_a_full_sort(k, files):
+    """The incrementally kept successor list equals sorting each row by (-count, first seen)."""
+    p = SFPPrefetcher(successors=k)
+    for i, f in enumerate(files):
+        p.on_access(f, i, False, 0.0)
+    for f, row in p.table.items():
+        ref = [g for _, (g, _) in sorted(enumerate(row.items()), key=lambda t: (-t[1][1], t[0]))[:k]]
+        assert p.predict(f) == ref

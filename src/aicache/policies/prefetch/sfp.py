@@ -22,6 +22,8 @@ from collections.abc import Hashable, Sequence
 from aicache.policies.base import PrefetchPolicy
 
 _EMPTY: tuple[int, ...] = ()
+_SHIFT = 32
+_ONE = 1 << _SHIFT
 
 
 class SFPPrefetcher(PrefetchPolicy):
@@ -44,19 +46,42 @@ class SFPPrefetcher(PrefetchPolicy):
         self.init_window = max(min_window, min(init_window, max_window))
         self.window = self.init_window
         self.successors = successors
-        #: file -> {next file: count}; dict order = first observation (the tie-break)
-        self.table: dict[Hashable, dict[Hashable, int]] = {}
+        #: file -> {next file: score}; score = count * 2**32 - (first-observation rank), so
+        #: one integer comparison orders by count, then by first observation
+        self._rows: dict[Hashable, dict[Hashable, int]] = {}
+        #: file -> its best ``successors`` next files, best first, kept up to date on each
+        #: increment (counts only grow, so an entry only ever moves up): no sort per file
+        self._top: dict[Hashable, list[Hashable]] = {}
         #: file -> [lowest, highest] block id read
         self.extent: dict[Hashable, list[int]] = {}
         self._last_file: Hashable | None = None
 
+    @property
+    def table(self) -> dict[Hashable, dict[Hashable, int]]:
+        """The Markov table as ``file -> {next file: count}`` (dict order = first seen)."""
+        return {f: {g: (v + _ONE - 1) >> _SHIFT for g, v in row.items()} for f, row in self._rows.items()}
+
     def predict(self, file: Hashable) -> list[Hashable]:
         """Successors of ``file`` by decreasing transition count (ties: first seen)."""
-        nxt = self.table.get(file)
-        if not nxt:
-            return []
-        order = sorted(enumerate(nxt.items()), key=lambda t: (-t[1][1], t[0]))
-        return [f for _, (f, _) in order[: self.successors]]
+        return list(self._top.get(file, _EMPTY))
+
+    def _count(self, last: Hashable, unit: Hashable) -> None:
+        row = self._rows.get(last)
+        if row is None:
+            row = self._rows[last] = {}
+            self._top[last] = []
+        v = row.get(unit)
+        v = (_ONE - len(row)) if v is None else v + _ONE
+        row[unit] = v
+        top = self._top[last]
+        if unit not in top:
+            if len(top) < self.successors:
+                top.append(unit)
+            elif top and v > row[top[-1]]:
+                top[-1] = unit
+            else:
+                return
+        top.sort(key=row.__getitem__, reverse=True)
 
     def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
         ext = self.extent.get(unit)
@@ -71,8 +96,7 @@ class SFPPrefetcher(PrefetchPolicy):
         if unit == last:
             return _EMPTY
         if last is not None:
-            row = self.table.setdefault(last, {})
-            row[unit] = row.get(unit, 0) + 1
+            self._count(last, unit)
         self._last_file = unit
         budget = self.window
         out: list[int] = []
@@ -99,7 +123,8 @@ class SFPPrefetcher(PrefetchPolicy):
         self.window = max(self.min_window, self.window // 2)
 
     def reset(self) -> None:
-        self.table.clear()
+        self._rows.clear()
+        self._top.clear()
         self.extent.clear()
         self._last_file = None
         self.window = self.init_window
