@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-test}"
 
-# fusepy loads libfuse2 (libfuse.so.2); fuse3 brings fusermount3 and /etc/fuse.conf.
-if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2'; then
+# mfusepy loads libfuse 3 (libfuse3.so.3, 1 MiB read requests); fuse3 brings it, fusermount3
+# and /etc/fuse.conf. libfuse2 is the fallback binding's library.
+if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3'; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing fuse3 libfuse2 (apt-get)" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse2 >/dev/null) \

@@ -25,6 +25,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true", help="stay in the foreground")
     p.add_argument("--kernel-cache", action="store_true",
                    help="keep file pages in the kernel across opens (faster re-reads, unseen by the policy)")
+    p.add_argument("--readahead-kb", type=int, default=None, metavar="KB",
+                   help="kernel readahead window set after mounting (root only; default: the block "
+                        "size; 0 = the kernel's 128 KiB); it bounds the size of the kernel's read requests")
     p.add_argument("--record", default=None, help=argparse.SUPPRESS)  # used by `aicache record`
     return p
 
@@ -117,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)
+    if args.readahead_kb is not None and args.readahead_kb < 0:
+        raise BadInput(f"--readahead-kb {args.readahead_kb} is negative; give 0 (kernel default) or a size in KiB")
     why = fuse_available()
     if why:
         raise BadInput(why)
@@ -126,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         mount(fs, root, mp, cache_dir=os.path.abspath(args.cache_dir), cache_size=size,
               policy=args.policy, advisor=args.advisor, params=params,
               foreground=args.foreground, metrics_port=args.metrics_port, record=recorder,
-              kernel_cache=args.kernel_cache)
+              kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb)
     finally:
         if recorder is not None:
             recorder.close()

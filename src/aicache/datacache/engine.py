@@ -452,7 +452,7 @@ class CacheEngine:
 
         When the store can serve the range of an already verified block (verify mode
         ``stat``/``none``, see :meth:`BlockStore.get_range`), only those bytes are read: a
-        FUSE mount's 128 KiB requests then do not each pull (and stall on) a whole 4 MiB
+        FUSE mount's ≤1 MiB requests then do not each pull (and stall on) a whole 4 MiB
         block. Otherwise the whole block is read (and verified) and sliced.
 
         Returns ``(the range, the whole block or None)``: the block when it was read, so

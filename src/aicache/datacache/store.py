@@ -23,7 +23,7 @@ Decisions:
   so a reader opens the file directly and verifies it — no query, no lock. A hit costs
   open + fstat + one ``pread`` of exactly the payload + close (no over-allocation, no
   copy after the read); :meth:`BlockStore.get_range` reads a piece of an already verified
-  block (FUSE's 128 KiB requests). No fd cache: an fd kept open across reads would keep
+  block (a FUSE request). No fd cache: an fd kept open across reads would keep
   evicted blocks' disk space allocated and needs reference counting to be closed safely
   under concurrent readers, for ~2 syscalls saved.
 * **Checksums** (xxh3-64 when ``xxhash`` is installed, else blake2b-64) are in the header.
