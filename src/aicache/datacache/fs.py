@@ -186,10 +186,15 @@ class AICacheFile(AbstractBufferedFile):
         idx = start // B
         if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
             return self.engine.read_meta(self.meta, start, end - start)
+        s, e = start - idx * B, end - idx * B
         if idx != self._memo_idx:
+            if s == 0 and e >= min(B, self.meta.size - idx * B):
+                # a whole block (the sequential reader's 4 MiB read): not memoised, so that
+                # it is freed as soon as the caller drops it — keeping it alive made every
+                # next read allocate (and page-fault) a fresh 4 MiB buffer
+                return self.engine.read_block(self.meta, idx)
             self._memo = self.engine.read_block(self.meta, idx)
             self._memo_idx = idx
-        s, e = start - idx * B, end - idx * B
         blk = self._memo
         return blk if (s == 0 and e >= len(blk)) else blk[s:e]
 
