@@ -216,3 +216,23 @@ def test_saria_runs_with_saecache_dram_order() -> None:
                                         dram_tokens=100_000, ssd_tokens=1_000_000))
     assert 0.0 < res.metrics["char"] <= 1.0
     assert res.metrics["dram_evictions"] > 0
+
+
+def test_oracle_predictor_routes_first_requests_by_the_session_label() -> None:
+    """The diagnostic ``predictor="oracle"`` reads the trace's session label for a first
+    request; the online one (here: a classifier fixed to "single-turn") does not."""
+    for predictor, expect in (("online", Queue.STRUCTURAL), ("oracle", Queue.CHAT)):
+        pol = _fixed(predictor=predictor)
+        v = _view("s", 1, ["system"])
+        v.session_type = "chat"  # the label: this session goes on
+        pol.begin(v, 0.0)
+        pol.on_insert("head", 64, 0, 0.0)
+        assert pol.queue_of("head") is expect
+    pol = _fixed(predictor="oracle")
+    v = _view("t", 1, ["user"])
+    v.session_type = "single"
+    pol.begin(v, 0.0)
+    pol.on_insert("once", 64, 0, 0.0)
+    assert pol.queue_of("once") is Queue.EVICT_FIRST
+    with pytest.raises(ValueError, match="predictor"):
+        SAECache(100, predictor="psychic")

@@ -294,12 +294,15 @@ class Mismatch(Experiment):
             goals=goals)
 
 
-ABLATIONS: dict[str, dict[str, bool]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     "full": {},
     "no token-type weights": {"token_types": False},
     "no queue weights": {"queue_weights": False},
     "no log-normal timing": {"lognormal": False},
     "no position decay": {"position": False},
+    # the other direction: a perfect first-request predictor (reads the session label: a
+    # diagnostic bound on what better prediction could add, not a deployable variant)
+    "oracle predictor": {"predictor": "oracle"},
 }
 
 
@@ -345,7 +348,11 @@ class Ablation(Experiment):
                           "TTFT this / full": t[(w, v)] / tf if tf else None})
         return ReportSection(
             title=self.title,
-            description="Positive 'change' = the factor helps (full SAECache is better without removing it).",
+            description=("Positive 'change' = the factor helps (full SAECache is better without removing "
+                         "it). 'oracle predictor' goes the other way: the first-request session "
+                         "predictor replaced by the trace's own label (a perfect predictor; reads "
+                         "the future, a diagnostic bound, not a variant to deploy) — a negative "
+                         "change is what better continuation prediction could add at most."),
             figures=figs, tables=[Table("Ablation", table)],
             published=[{"factor": "token-type weights", "seed": "+23%"},
                        {"factor": "adaptive queue weights", "seed": "+39%"},

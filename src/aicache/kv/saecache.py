@@ -164,6 +164,11 @@ class SAEParams:
     update_every: int = 4  #: move μ, σ, α, w into the score every this many requests
     gamma_every: int = 64  #: refit γ every this many requests
     continue_threshold: float = 0.5  #: P(continue) above which a first request is multi-turn
+    #: "online" (the learned classifier) or "oracle": the trace's own session label
+    #: (``session_type != "single"``) — a diagnostic upper bound for what a perfect
+    #: first-request predictor (the seed's hidden-state MLP at its best) could add; never a
+    #: policy to deploy, since it reads the future
+    predictor: str = "online"
     ghost_factor: float = 2.0  #: ghost list length, in resident blocks
     learn: bool = True  #: online learning on (False = parameters stay as given)
     token_types: bool = True  #: ablation switches: each False removes one factor of P
@@ -248,7 +253,10 @@ class SAECache(PrefixPolicy):
         p = params or SAEParams()
         if overrides:
             p = SAEParams(**{**asdict(p), **overrides})
+        if p.predictor not in ("online", "oracle"):
+            raise ValueError(f"predictor {p.predictor!r}: choose 'online' or 'oracle'")
         self.p = p
+        self._oracle = p.predictor == "oracle"
         st = state if isinstance(state, SAEState) or state is None else SAEState(**dict(state))
         # a private copy: learning updates it in place, the caller's object stays as given
         self.state = SAEState(**{k: (list(v) if isinstance(v, list) else v)
@@ -385,8 +393,11 @@ class SAECache(PrefixPolicy):
             self.gaps[sq].add(gap)
         x = None
         if not multi:  # the predictor's job: will this first request's session continue?
-            x = self.tracker.predictor.vector(request_features(view, gap), view)
-            multi = self.tracker.predictor.predict(x) >= self.p.continue_threshold
+            if self._oracle:
+                multi = view.session_type not in (None, "single")
+            else:
+                x = self.tracker.predictor.vector(request_features(view, gap), view)
+                multi = self.tracker.predictor.predict(x) >= self.p.continue_threshold
         self.tracker.record(sid, now, int(sq), x if learn else None)
         self.tracker.expire(now, self._horizon, learn)
         self._sid, self._multi, self._sq = sid, multi, int(sq)
