@@ -197,13 +197,14 @@ def test_unknown_verify_mode_is_bad_input(tmp_path) -> None:
 @settings(max_examples=20, deadline=None)
 @given(reads=st.lists(st.tuples(st.integers(0, 3 * BLOCK + 99), st.integers(1, 3 * BLOCK)),
                       min_size=1, max_size=30),
-       mode=st.sampled_from(VERIFY_MODES))
+       mode=st.sampled_from(VERIFY_MODES), into=st.booleans())
 def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
-        tmp_path_factory, reads, mode) -> None:
+        tmp_path_factory, reads, mode, into) -> None:
     """The FUSE read path (no mount needed: the operations object is called directly) in
     every verify mode, with blocks old enough for ``stat``'s range reads: every piece
     equals the source's bytes, and a handle makes one demand access per block it moves
-    to (the kernel's ≤128 KiB pieces of one block are one access)."""
+    to (the kernel's pieces of one block are one access). ``into``: the same through
+    ``read_into``, the zero-copy path the mount uses (reads into the reply buffer)."""
     import fsspec
 
     from aicache.datacache.fuse import CacheFuse
@@ -230,7 +231,13 @@ def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
         expected = 0
         cur = prev = -1  # reference model of the handle: the two blocks it holds
         for off, size in reads:
-            got = ops.read("/f.bin", size, off, fh)
+            if into:
+                buf = bytearray(b"\xee" * size)
+                n = ops.read_into("/f.bin", memoryview(buf), off, fh)
+                got = bytes(buf[:n])
+                assert buf[n:] == b"\xee" * (size - n)  # nothing written past the count
+            else:
+                got = ops.read("/f.bin", size, off, fh)
             assert got == data[off:off + size]
             end = min(off + size, len(data))
             if off >= len(data):

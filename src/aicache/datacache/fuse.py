@@ -29,6 +29,7 @@ read-only while mounted.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -168,6 +169,20 @@ class _Handle:
                     return blk if (s == 0 and e >= len(blk)) else blk[s:e]
                 return engine.store.get_range(key, s, e)  # type: ignore[arg-type]
         return None
+
+    def read_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
+        """:meth:`read` of ``[s, s + len(buf))`` into ``buf``; returns the bytes written.
+        A piece of a verified block goes from the block file straight into ``buf``."""
+        for i, blk, key in (self.cur, self.prev):
+            if i == idx and blk is None:
+                got = engine.store.get_range_into(key, s, buf)  # type: ignore[arg-type]
+                if got is not None:
+                    return got
+                break
+        data = self.read(engine, idx, s, s + len(buf))
+        n = len(data)
+        buf[:n] = data
+        return n
 
     def read(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
         got = self._known(engine, idx, s, e)
@@ -337,6 +352,28 @@ class CacheFuse(Operations):  # type: ignore[misc]
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
 
+    def read_into(self, path: str, buf: memoryview, offset: int, fh: int) -> int:
+        """:meth:`read` into the kernel reply buffer ``buf`` (see :class:`_ZeroCopyFUSE`)."""
+        h = self._handles.get(fh)
+        if h is None:
+            raise FuseOSError(errno.EBADF)
+        engine = self.engine
+        assert engine is not None
+        B = engine.block_size
+        end = min(offset + len(buf), h.meta.size)
+        if end <= offset:
+            return 0
+        try:
+            idx = offset // B
+            if (end - 1) // B != idx:
+                data = engine.read_meta(h.meta, offset, end - offset)
+                buf[:len(data)] = data
+                return len(data)
+            return h.read_into(engine, idx, offset - idx * B, buf[:end - offset])
+        except RemoteReadError as exc:
+            log.error("read %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+
     def release(self, path: str, fh: int) -> int:
         with self._lock:
             self._handles.pop(fh, None)
@@ -354,6 +391,27 @@ class CacheFuse(Operations):  # type: ignore[misc]
         raise FuseOSError(errno.EROFS)
 
     chmod = chown = create = mkdir = rename = rmdir = symlink = truncate = unlink = write = _rofs
+
+
+if FUSE is not None:
+    class _ZeroCopyFUSE(FUSE):  # type: ignore[misc, valid-type]
+        """The binding's FUSE with its ``read`` callback handing our operations libfuse's
+        reply buffer: the block file is read straight into it (``preadv``), instead of
+        into a new bytes object that the binding then copies (``memmove``) — one copy and
+        one 1 MiB allocation less per request. Operations without ``read_into`` get the
+        binding's own ``read``."""
+
+        def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
+            ops = self.operations
+            into = getattr(ops, "read_into", None)
+            if into is None or self.raw_fi:
+                return super().read(path, buf, size, offset, fip)
+            addr = ctypes.cast(buf, ctypes.c_void_p).value
+            view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")  # type: ignore[operator]
+            return into(None if path is None else path.decode(self.encoding, self.errors),
+                        view, offset, fip.contents.fh)
+else:
+    _ZeroCopyFUSE = None
 
 
 def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size: int,
@@ -394,8 +452,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         if LIBFUSE_MAJOR >= 3:
             opts["max_idle_threads"] = 8  # libfuse 3.14 warns about its own unset default
         try:
-            FUSE(ops, mountpoint, foreground=foreground, ro=True, nothreads=False,
-                 fsname="aicache", default_permissions=True, **opts)
+            _ZeroCopyFUSE(ops, mountpoint, foreground=foreground, ro=True, nothreads=False,
+                          fsname="aicache", default_permissions=True, **opts)
         except RuntimeError as exc:
             # libfuse 3's fuse_main returns 8 when its loop ended on a signal (SIGINT/SIGTERM,
             # after unmounting): the clean way to stop a mount, not a failure

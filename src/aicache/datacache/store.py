@@ -328,6 +328,16 @@ class BlockStore:
         None otherwise — absent, never verified here, changed since, or mode ``full`` —
         and the caller reads the whole block with :meth:`get`, which checks it. So a range
         is never served from a file version that was not verified."""
+        return self._range(key, start, end, None)  # type: ignore[return-value]
+
+    def get_range_into(self, key: BlockKey, start: int, buf: memoryview) -> int | None:
+        """:meth:`get_range` of ``[start, start + len(buf))`` read straight into ``buf``
+        (a FUSE reply buffer: no intermediate bytes object, one copy). Returns the number
+        of bytes written (short at the block's end), or None as :meth:`get_range` would."""
+        return self._range(key, start, start + len(buf), buf)  # type: ignore[return-value]
+
+    def _range(self, key: BlockKey, start: int, end: int, buf: memoryview | None
+               ) -> bytes | int | None:
         seen = self._verified.get(key)
         if seen is None or self.verify_mode == "full":
             return None
@@ -343,10 +353,14 @@ class BlockStore:
             end = min(end, n)
             if not 0 <= start <= end:
                 return None
-            data = os.pread(fd, end - start, HEADER_SIZE + start)
+            want = end - start
+            if buf is not None:
+                got = os.preadv(fd, [buf[:want]], HEADER_SIZE + start)
+                return got if got == want else None
+            data = os.pread(fd, want, HEADER_SIZE + start)
         finally:
             os.close(fd)
-        return data if len(data) == end - start else None
+        return data if len(data) == want else None
 
     def contains(self, key: BlockKey) -> bool:
         return os.path.exists(self.block_path(key))
