@@ -310,7 +310,7 @@ class Ablation(Experiment):
     name = "saecache-ablation"
     title = "SAECache ablation: each factor of the priority switched off"
     reproduces = "SAECache seed: ablations (+23% types, +39% queue weights, +14% timing, +12% position)"
-    full_wall_time = "about 1.5 min on 2 cores (60 cells)"
+    full_wall_time = "about 1.5 min on 2 cores (72 cells)"
 
     FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "tool": 300, "mix": 1000},
                                       "seeds": EVAL_SEEDS_2, "capacities": (10, 20)}
