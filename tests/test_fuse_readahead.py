@@ -20,7 +20,7 @@ def _mountinfo(tmp_path: Path, lines: list[str]) -> str:
 
 
 def test_mount_device_unescapes_paths_and_takes_the_topmost_mount(tmp_path: Path) -> None:
-    mp = tmp_path / "my data"
+    mp = Path(os.path.realpath(tmp_path)) / "my data"
     mp.mkdir()
     esc = str(mp).replace(" ", "\\040")
     info = _mountinfo(tmp_path, [
@@ -65,7 +65,7 @@ def test_real_mount_gets_the_readahead_window_and_serves_exact_bytes(tmp_path: P
     proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
                        "--block-size", "2MiB", "--policy", "lru")
     try:
-        dev = mount_device(str(mnt))
+        dev = mount_device(os.path.realpath(mnt))
         assert dev is not None
         knob = Path("/sys/class/bdi") / dev / "read_ahead_kb"
         deadline = time.monotonic() + 15

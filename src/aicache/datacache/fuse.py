@@ -99,10 +99,10 @@ _MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 def mount_device(mountpoint: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
-    """``MAJ:MIN`` of the filesystem mounted at ``mountpoint`` (the last, i.e. topmost,
-    mount there), read from ``mountinfo`` — no ``stat`` of the mount point, which from
-    inside the FUSE server itself would wait on its own reply."""
-    want = os.path.realpath(mountpoint)
+    """``MAJ:MIN`` of the filesystem mounted at ``mountpoint`` (an absolute path with no
+    symlinks; the last, i.e. topmost, mount there), read from ``mountinfo`` — no ``stat``
+    of the mount point, which from inside the FUSE server would wait on its own reply."""
+    want = mountpoint
     dev = None
     try:
         with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
@@ -446,7 +446,7 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         bs = params.block_size if params is not None else EngineParams().block_size
         readahead_kb = min(16384, max(128, bs // 1024))
     ops = CacheFuse(factory, target, root, params.metadata_ttl_s if params else 60.0, on_init,
-                    mountpoint=mountpoint, readahead_kb=readahead_kb)
+                    mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb)
     try:
         opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
         if LIBFUSE_MAJOR >= 3:
