@@ -434,3 +434,24 @@ def test_a_no_change_answer_to_an_anomaly_is_rechecked_once_the_tail_turned_over
     # then back to the routine schedule
     later = [x for x in runner.times if x > last]
     assert later and later[0] - last == pytest.approx(45.0, abs=0.11)
+
+
+@pytest.mark.parametrize("pattern,eviction", [("sequential", None), ("random", None), ("skewed", None),
+                                              ("default", None), ("skewed", "lecar"), ("skewed", "arc")])
+def test_bulk_adoption_equals_adopting_block_by_block(pattern: str, eviction: str | None) -> None:
+    """A switch hands the resident blocks over with ``adopt_many`` (one bulk update for
+    list-backed policies); the executor must end up exactly as with one ``adopt`` per
+    block: the same victims in the same order."""
+    import random as _random
+
+    rng = _random.Random(3)
+    blocks = rng.sample(range(10_000), 300)
+    unread = set(rng.sample(blocks, 60))
+    sizes = {b: 1 + b % 7 for b in blocks}
+    one = make_executor(pattern, 10**9, _random.Random(1), eviction=eviction)
+    bulk = make_executor(pattern, 10**9, _random.Random(1), eviction=eviction)
+    for b in blocks:
+        one.adopt(b, sizes[b], 5.0, read=b not in unread)
+    bulk.adopt_many(blocks, sizes, 5.0, unread)
+    assert list(one.eviction.keys()) == list(bulk.eviction.keys())
+    assert [one.eviction.victim(6.0) for _ in range(250)] == [bulk.eviction.victim(6.0) for _ in range(250)]

@@ -537,9 +537,7 @@ class ChironSystem(DataCacheSystem):
         """Replace the unit's executor; hand its resident blocks over in eviction order."""
         old = u.executor
         new = self._executor(pattern)
-        unread = self.unread
-        for b in list(old.eviction.keys()):
-            new.adopt(b, self.sizes[b], now, read=b not in unread)  # type: ignore[index]
+        new.adopt_many(list(old.eviction.keys()), self.sizes, now, self.unread)  # type: ignore[arg-type]
         u.executor = new
         u.pattern = pattern
         u.state = "transition"

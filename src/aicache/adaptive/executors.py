@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from aicache.policies import EVICTION, PREFETCH
@@ -66,6 +66,12 @@ class EagerEviction(EvictionPolicy):
 
     def adopt_unread(self, key: Key) -> None:
         self._unread[key] = None
+
+    def adopt_split(self, read: Sequence[Key], unread: Sequence[Key]) -> None:
+        """Bulk adoption: ``read`` as if inserted by a miss, ``unread`` as
+        :meth:`adopt_unread`, each in order."""
+        self._read.update(dict.fromkeys(read))
+        self._unread.update(dict.fromkeys(unread))
 
     def has_read(self) -> bool:
         return bool(self._read)
@@ -140,6 +146,9 @@ class SegmentedLRU(EvictionPolicy):
     def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
         self._prob[key] = None
         self._unread.add(key)
+
+    def adopt_many(self, keys: Sequence[Key], sizes: Mapping[Key, int], now: float) -> None:
+        self._prob.update(dict.fromkeys(keys))  # = on_insert in order
 
     def victim(self, now: float) -> Key:
         if self._prob:
@@ -223,6 +232,15 @@ class Executor:
             ev.adopt_unread(block)
         else:
             ev.on_insert(block, size, now)
+
+    def adopt_many(self, blocks: Sequence[int], sizes: Mapping[int, int], now: float,
+                   unread: Collection[int]) -> None:
+        """:meth:`adopt` of ``blocks`` in order (``unread``: those not read yet), in bulk."""
+        ev = self.eviction
+        if isinstance(ev, EagerEviction):
+            ev.adopt_split([b for b in blocks if b not in unread], [b for b in blocks if b in unread])
+        else:
+            ev.adopt_many(blocks, sizes, now)
 
     def eager_candidate(self) -> bool:
         """True when this unit holds a block to evict ahead of every other unit's (a block

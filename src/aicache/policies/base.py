@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 Key = Hashable
@@ -90,6 +90,14 @@ class EvictionPolicy(ABC):
     def on_prefetch_insert(self, key: Key, size: int, now: float) -> bool | None:
         """A prefetched block was stored. Not an access; default: insert like a miss."""
         return self.on_insert(key, size, now)
+
+    def adopt_many(self, keys: Sequence[Key], sizes: Mapping[Key, int], now: float) -> None:
+        """Take over ``keys`` (oldest candidate first) from another policy, as if each were
+        inserted in that order — not accesses. Chiron hands a unit's resident blocks to a
+        new executor this way on every switch, so list-backed policies override it with
+        one bulk update (a switch of a 1 TB run moves tens of thousands of blocks)."""
+        for k in keys:
+            self.on_insert(k, sizes[k], now)
 
     def fast_hit(self) -> Callable[[Key], object] | None:
         """Optionally, a callable taking only the key that does exactly what ``on_hit``

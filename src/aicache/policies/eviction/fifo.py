@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aicache.policies.base import EvictionPolicy, Key
@@ -28,6 +28,9 @@ class FIFO(EvictionPolicy):
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._order[key] = None
+
+    def adopt_many(self, keys: Sequence[Key], sizes: Mapping[Key, int], now: float) -> None:
+        self._order.update(dict.fromkeys(keys))  # = on_insert in order (LRU too: no hit)
 
     def victim(self, now: float) -> Key:
         return self._order.popitem(last=False)[0]
