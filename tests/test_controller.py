@@ -455,3 +455,40 @@ def test_bulk_adoption_equals_adopting_block_by_block(pattern: str, eviction: st
     bulk.adopt_many(blocks, sizes, 5.0, unread)
     assert list(one.eviction.keys()) == list(bulk.eviction.keys())
     assert [one.eviction.victim(6.0) for _ in range(250)] == [bulk.eviction.victim(6.0) for _ in range(250)]
+
+
+def test_oscillating_advice_is_damped_by_exponential_back_off():
+    """An advisor that flips random <-> skewed at every review (what a skewed phase over a
+    hot set too large for one window looks like) gets a switch-back only after the unit
+    has stayed ``window * 2**k`` reads in the other pattern, k = switch-backs so far; a
+    pattern the unit did not just leave (sequential) is adopted at the next review."""
+    flips = [("random", 0.9), ("skewed", 0.9)] * 200
+    adv = Scripted(flips)
+    params = ChironParams(window=50, min_window=10, first_review_s=0.5, early_retry_s=0.5,
+                          routine_interval_s=1.0, reflection_interval_s=1.0, round_s=1.0,
+                          min_round_accesses=5, advisor_delay_s=0.0, retry_backoff=2.0)
+    sys = ChironSystem(1 << 30, advisor=adv, params=params)
+    log: list[tuple[str | None, str, int]] = []
+    orig = sys._switch
+
+    def spy(u, pattern, now):  # type: ignore[no-untyped-def]
+        log.append((u.pattern, pattern, u.reads))
+        orig(u, pattern, now)
+
+    sys._switch = spy  # type: ignore[method-assign]
+    t = drive(sys, 0.0, 160.0)  # 1,600 reads, ~160 reviews asking to flip
+    assert len(adv.requests) > 100
+    # default -> random, random -> skewed are moves to new patterns; the rest switch back
+    assert [(a, b) for a, b, _ in log[:2]] == [(None, "random"), ("random", "skewed")]
+    backs = log[2:]
+    assert 2 <= len(backs) <= 6  # log2(1600 / 50) + 1 at most
+    prev = log[1][2]
+    for k, (_, _, reads) in enumerate(backs):
+        assert reads - prev >= 50 * 2 ** k  # dwell before the k-th switch-back
+        prev = reads
+    assert sys.stats()["flaps_suppressed"] > 50  # about half the answers ask to flip back
+    # a real change of pattern goes through at once
+    adv.answers = [("sequential", 0.9)]
+    n = len(log)
+    drive(sys, t, t + 2.0)
+    assert len(log) == n + 1 and log[-1][1] == "sequential"
