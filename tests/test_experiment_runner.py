@@ -302,3 +302,20 @@ def test_results_fall_back_to_csv_without_pyarrow(tmp_path: Path, monkeypatch: p
     assert [r["_key"] for r in got] == ["a", "b"]
     assert [float(r["v"]) for r in got] == [0.5, 1.5]
     assert got[0]["tags"] == "[1, 2]" and got[1]["_error"] == "boom"
+
+
+def test_stored_only_reports_the_finished_cells_and_runs_nothing(
+        tmp_path: Path, flaky: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--stored-only``: a partial grid (here: 2 of 5 cells stored) is reported as it is;
+    nothing is computed, and a later plain run still fills in the rest."""
+    run_experiment(flaky, out=tmp_path, workers=0, progress=False, select={"x": [0, 3]})
+    before = (tmp_path / flaky / "cells.jsonl").read_text()
+    rc = main(["experiment", "run", flaky, "--out", str(tmp_path), "--stored-only", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    exp = out["experiments"][0]
+    assert exp["ran"] == 0 and exp["cells"] == 2 and exp["failed"] == 0
+    assert sorted(r["x"] for r in exp["tables"][0]["rows"]) == [0, 3]
+    assert exp["goals"][0]["value"] == "2/5" and rc == 0
+    assert (tmp_path / flaky / "cells.jsonl").read_text() == before  # nothing appended
+    res = run_experiment(flaky, out=tmp_path, workers=0, progress=False)
+    assert res.ran == 3  # x = 1, 2, 4

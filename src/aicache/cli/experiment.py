@@ -26,6 +26,7 @@ class RunSpec:
     name: str
     quick: bool = False
     select: Mapping[str, Any] | None = None
+    stored_only: bool = False
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,6 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_run_options(rp, default_out=Path("results"))
     rp.add_argument("--select", action="append", default=[], metavar="PARAM=V[,V...]",
                     help="run only cells whose PARAM is one of the values (repeatable)")
+    rp.add_argument("--stored-only", action="store_true",
+                    help="run nothing: results and report from the cells already stored in --out")
     p.set_defaults(_experiment_parser=p)
     return p
 
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "run":
         names = resolve_names(args.names)
         select = parse_select(args.select)
-        specs = [RunSpec(n, args.quick, select) for n in names]
+        specs = [RunSpec(n, args.quick, select, args.stored_only) for n in names]
         return run_specs(specs, out=args.out, workers=args.workers,
                          ray_address=args.ray_address, as_json=args.json)
     args._experiment_parser.print_help(sys.stderr)
@@ -158,7 +161,7 @@ def run_specs(specs: Sequence[RunSpec], *, out: Path, workers: int | None,
         for spec in specs:
             results.append(run_experiment(spec.name, quick=spec.quick, out=out,
                                           ray_address=ray_address, workers=workers,
-                                          select=spec.select))
+                                          select=spec.select, stored_only=spec.stored_only))
     names = [r.name for r in results]
     sections = render_sections(out, names)
     path = write_report(out, names, sections)

@@ -443,8 +443,13 @@ def run_experiment(
     workers: int | None = None,
     progress: bool = True,
     select: Mapping[str, Any] | None = None,
+    stored_only: bool = False,
 ) -> RunResult:
     """Run the cells of experiment ``name`` that ``OUT/NAME/cells.jsonl`` lacks.
+
+    ``stored_only``: run nothing; the results and report cover the (selected) cells that
+    are already stored — a long grid's partial results, e.g. the sizes of a 1 TB run
+    that have finished, reported while the rest is still to be run.
 
     ``workers``: process-pool size (default ``os.cpu_count()``; ``0`` runs the cells
     serially in this process, for debuggers and profilers); with Ray, the CPUs of a
@@ -475,8 +480,12 @@ def run_experiment(
     t0 = time.perf_counter()
     with _exclusive(exp_dir):
         stored = store.load(repair=True)
-        todo = [(k, p) for k, p in zip(keys, cells)
-                if k not in stored or "_error" in stored[k]]
+        if stored_only:
+            keys = [k for k in keys if k in stored and "_error" not in stored[k]]
+            todo: list[tuple[str, Mapping[str, Any]]] = []
+        else:
+            todo = [(k, p) for k, p in zip(keys, cells)
+                    if k not in stored or "_error" in stored[k]]
         base_meta = {"_experiment": name, "_version": aicache.__version__,
                      "_git_commit": git_commit(), "_run_id": run_id}
         jobs: list[Job] = [
