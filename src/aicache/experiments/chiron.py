@@ -466,9 +466,17 @@ class OneTB(Experiment):
             figs.append(Figure(line_chart(norm, "cache_pct", "jct_norm", "system", Path(outdir) / "1tb_jct.png",
                                           title=f"JCT / JuiceFS (W1 x {top:g})", xlabel="cache (% of dataset)"),
                                "JCT normalised to JuiceFS (Fig. 16 right)."))
-        goals = [{"goal": f"chiron best CHR and JCT at every cache size (W1 x {scale:g})",
-                  "met": bool(met) and all(met), "value": f"{sum(met)}/{len(met)} sizes"}
-                 for scale, met in sorted(goals_met.items())]
+        goals = []
+        for scale, met in sorted(goals_met.items()):
+            done = {pct for (sc, pct), rs in by.items() if sc == scale
+                    and {r["system"] for r in rs} >= set(self.ARMS)}
+            missing = [p for p in self.SIZES if p not in done]
+            # a size whose cells are not all stored yet (a partial run) is not evaluated
+            value = f"{sum(met)}/{len(met)} sizes" + (
+                f" ({', '.join(f'{p}%' for p in missing)} not run yet)" if missing else "")
+            goals.append({"goal": f"chiron best CHR and JCT at every cache size (W1 x {scale:g})",
+                          "met": (False if not all(met) else None if missing else bool(met)),
+                          "value": value})
         return ReportSection(
             title=self.title, figures=figs,
             tables=[Table("Chiron vs the best baseline per cache size", table)],
