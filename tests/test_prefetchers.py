@@ -183,3 +183,22 @@ def test_sfp_incremental_top_matches_a_full_sort(k, files):
     for f, row in p.table.items():
         ref = [g for _, (g, _) in sorted(enumerate(row.items()), key=lambda t: (-t[1][1], t[0]))[:k]]
         assert p.predict(f) == ref
+
+
+@given(st.lists(st.sampled_from([0, 1, 1, 1, -1, 2, 5]), min_size=0, max_size=8),
+       st.integers(1, 4), st.integers(1, 8))
+@settings(max_examples=300, deadline=None)
+def test_dominant_step_matches_a_plain_count(deltas, min_support, history):
+    """The steady-stride fast path gives what counting every step gives."""
+    from collections import deque
+
+    p = StridePrefetcher(min_support=min_support, history=history)
+    d = deque(deltas[-history:], maxlen=history)
+    n = len(d)
+    counts = Counter(x for x in d if x)
+    best, best_count = 0, 0
+    for x in reversed(d):  # ties go to the most recent step
+        if counts.get(x, 0) > best_count:
+            best, best_count = x, counts[x]
+    need = max(min(min_support, history), (n + 1) // 2)
+    assert p._dominant_step(d) == (best if n and best_count >= need else 0)

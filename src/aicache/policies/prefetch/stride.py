@@ -87,6 +87,10 @@ class StridePrefetcher(PrefetchPolicy):
         n = len(deltas)
         if n == 0:
             return 0
+        need = max(min(self.min_support, self.history), (n + 1) // 2)
+        last = deltas[-1]
+        if last and deltas.count(last) == n:  # a steady stride (the common case), in C
+            return last if n >= need else 0
         counts: dict[int, int] = {}
         for d in deltas:
             if d:
@@ -96,7 +100,6 @@ class StridePrefetcher(PrefetchPolicy):
             c = counts.get(d, 0)
             if c > best_count:
                 best, best_count = d, c
-        need = max(min(self.min_support, self.history), (n + 1) // 2)
         return best if best_count >= need else 0
 
     def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
