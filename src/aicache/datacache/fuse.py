@@ -332,16 +332,20 @@ class CacheFuse(Operations):  # type: ignore[misc]
             self._handles[fh] = _Handle(meta)
         return fh
 
-    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+    def _piece(self, fh: int, offset: int, size: int) -> tuple[_Handle, CacheEngine, int, int]:
+        """The handle and engine of ``fh`` and the clipped request ``[offset, end)``."""
         h = self._handles.get(fh)
         if h is None:
             raise FuseOSError(errno.EBADF)
         engine = self.engine
         assert engine is not None
-        B = engine.block_size
-        end = min(offset + size, h.meta.size)
+        return h, engine, offset, min(offset + size, h.meta.size)
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        h, engine, offset, end = self._piece(fh, offset, size)
         if end <= offset:
             return b""
+        B = engine.block_size
         try:
             idx = offset // B
             if (end - 1) // B != idx:
@@ -353,26 +357,22 @@ class CacheFuse(Operations):  # type: ignore[misc]
             raise FuseOSError(errno.EIO) from exc
 
     def read_into(self, path: str, buf: memoryview, offset: int, fh: int) -> int:
-        """:meth:`read` into the kernel reply buffer ``buf`` (see :class:`_ZeroCopyFUSE`)."""
-        h = self._handles.get(fh)
-        if h is None:
-            raise FuseOSError(errno.EBADF)
-        engine = self.engine
-        assert engine is not None
+        """:meth:`read` into the kernel reply buffer ``buf`` (see :class:`_ZeroCopyFUSE`):
+        a piece of one block goes straight from the block file into ``buf``."""
+        h, engine, offset, end = self._piece(fh, offset, len(buf))
         B = engine.block_size
-        end = min(offset + len(buf), h.meta.size)
-        if end <= offset:
-            return 0
-        try:
-            idx = offset // B
-            if (end - 1) // B != idx:
-                data = engine.read_meta(h.meta, offset, end - offset)
-                buf[:len(data)] = data
-                return len(data)
-            return h.read_into(engine, idx, offset - idx * B, buf[:end - offset])
-        except RemoteReadError as exc:
-            log.error("read %s: %s", path, exc)
-            raise FuseOSError(errno.EIO) from exc
+        if end <= offset or (end - 1) // B == offset // B:
+            try:
+                if end <= offset:
+                    return 0
+                idx = offset // B
+                return h.read_into(engine, idx, offset - idx * B, buf[:end - offset])
+            except RemoteReadError as exc:
+                log.error("read %s: %s", path, exc)
+                raise FuseOSError(errno.EIO) from exc
+        data = self.read(path, end - offset, offset, fh)  # spans blocks: assembled by the engine
+        buf[:len(data)] = data
+        return len(data)
 
     def release(self, path: str, fh: int) -> int:
         with self._lock:
