@@ -169,10 +169,14 @@ class LRUPrefix(PrefixPolicy):
         return len(self._order)
 
 
-def request_features(view: RequestView, gap: float | None) -> RequestFeatures:
+def request_features(view: RequestView, gap: float | None,
+                     is_tool: bool | None = None) -> RequestFeatures:
+    """The predictor's raw inputs for ``view`` (``is_tool`` when the caller already knows
+    it: ``view.is_tool`` scans the block types)."""
     n = max(1, len(view.hash_ids))
     return RequestFeatures(
-        input_tokens=view.input_length, tool_request=view.is_tool,
+        input_tokens=view.input_length,
+        tool_request=view.is_tool if is_tool is None else is_tool,
         template_match=view.hit_blocks / n, system_match=view.hit_blocks > 0,
         turn=view.turn if view.turn is not None else (1 if gap is None else 2),
         gap_s=gap or 0.0, hit_tokens=view.hit_tokens)

@@ -85,8 +85,18 @@ class Queue(IntEnum):
 
 
 TOKEN_TYPES = ("system", "user", "assistant", "reasoning", "tool", "decode", "other")
-_TYPE_INDEX = {t: i for i, t in enumerate(TOKEN_TYPES)}
 NT = len(TOKEN_TYPES)
+
+
+class _TypeIndex(dict):  # type: ignore[type-arg]
+    """Token type name → index; an unknown name is "other". ``__missing__`` lets the
+    per-phase conversion run as ``map(_TYPE_INDEX.__getitem__, names)`` in C."""
+
+    def __missing__(self, key: object) -> int:
+        return NT - 1
+
+
+_TYPE_INDEX = _TypeIndex((t, i) for i, t in enumerate(TOKEN_TYPES))
 NB = 16  # offset buckets: floor(log2(offset + 1))
 REASONING = _TYPE_INDEX["reasoning"]
 DECODE = _TYPE_INDEX["decode"]
@@ -97,6 +107,12 @@ _MULTI = (Queue.CHAT, Queue.AGENTIC)
 
 def type_index(name: str | None) -> int:
     return _TYPE_INDEX.get(name or "other", NT - 1)
+
+
+#: offset → bucket for offsets below the last bucket's start (a bytes lookup is cheaper on
+#: the per-block path than bit_length arithmetic); larger offsets are all bucket NB − 1
+_NOB = (1 << (NB - 1)) - 1
+_OB = bytes((i + 1).bit_length() - 1 for i in range(_NOB))
 
 
 def offset_bucket(offset: int) -> int:
@@ -266,6 +282,10 @@ class SAECache(PrefixPolicy):
         self._res_tokens = [0] * 4
         self._res_count = [0] * 4
         self._ghost: OrderedDict[Key, int] = OrderedDict()
+        # Records of evicted blocks, reused by the next inserts: an eviction is almost
+        # always followed by an insert, so this stays a few entries long and an insert
+        # sets nine slots instead of running a constructor (STYLE: no allocation per event).
+        self._free: list[_Blk] = []
         self._seq = 0
         # learning state
         self.gaps = [LogNormalGaps(self.state.mu[q], self.state.sigma[q]) for q in range(4)]
@@ -283,9 +303,12 @@ class SAECache(PrefixPolicy):
         # per-request routing context
         self._sid: Hashable = None
         self._multi = False
-        self._sq = Queue.CHAT
+        self._sq = int(Queue.CHAT)
+        self._mq = 0
         self._run_tau = -1
         self._run_decode = False
+        self._hb = 0
+        self._pos_on = False
         # derived factors (recomputed at request boundaries)
         self._w = [1.0] * NT
         self._alpha = [1.0] * 4
@@ -386,8 +409,9 @@ class SAECache(PrefixPolicy):
             sid: Hashable = ("#req", self._anon)
         else:
             sid = view.session_id
-        sq = Queue.AGENTIC if view.is_tool else Queue.CHAT
-        gap, _ = self.tracker.observe(sid, now, int(sq), learn)
+        is_tool = view.is_tool
+        sq = 3 if is_tool else 2  # Queue.AGENTIC / Queue.CHAT
+        gap, _ = self.tracker.observe(sid, now, sq, learn)
         multi = gap is not None or (view.turn is not None and view.turn > 1)
         if gap is not None and learn:
             self.gaps[sq].add(gap)
@@ -396,13 +420,11 @@ class SAECache(PrefixPolicy):
             if self._oracle:
                 multi = view.session_type not in (None, "single")
             else:
-                x = self.tracker.predictor.vector(request_features(view, gap), view)
+                x = self.tracker.predictor.vector(request_features(view, gap, is_tool), view)
                 multi = self.tracker.predictor.predict(x) >= self.p.continue_threshold
-        self.tracker.record(sid, now, int(sq), x if learn else None)
+        self.tracker.record(sid, now, sq, x if learn else None)
         self.tracker.expire(now, self._horizon, learn)
-        self._sid, self._multi, self._sq = sid, multi, int(sq)
-        self._run_tau = -1
-        self._run_decode = False
+        self.set_context(sid, multi, sq)
         self._tcache = None
         self._ghost_limit = max(256, int(self.p.ghost_factor * len(self._blocks)))
         self._requests += 1
@@ -422,18 +444,20 @@ class SAECache(PrefixPolicy):
         for q in _MULTI:
             st.mu[q] = self.gaps[q].mu
             st.sigma[q] = self.gaps[q].sigma
-        qs = [q for q in (Queue.STRUCTURAL, Queue.CHAT, Queue.AGENTIC) if self._res_tokens[q] > 0]
+        rt = self._res_tokens
+        qs = [q for q in (1, 2, 3) if rt[q] > 0]  # structural, chat, agentic
         if len(qs) > 1:
-            eff = [self._hit_ema[q] / self._res_tokens[q] for q in qs]
+            eff = [self._hit_ema[q] / rt[q] for q in qs]
             for q, a in zip(qs, softmax_weights(eff, self.p.temperature)):
                 st.alpha[q] = a
         if self._o_max_seen > st.o_max:
             st.o_max = self._o_max_seen
         pa = self._pos_acc
-        for k in range(NB):
-            if pa[k] > 5000:  # forget slowly: halve the bucket's counts
-                pa[k] *= 0.5
-                self._pos_reuse[k] *= 0.5
+        if max(pa) > 5000:
+            for k in range(NB):
+                if pa[k] > 5000:  # forget slowly: halve the bucket's counts
+                    pa[k] *= 0.5
+                    self._pos_reuse[k] *= 0.5
         if self._requests % self.p.gamma_every < self.p.update_every:
             offs, reuse = [], []
             for b in range(NB):
@@ -454,14 +478,31 @@ class SAECache(PrefixPolicy):
             self._o_max_seen = offset
 
     # -- routing ------------------------------------------------------------------------
+    def set_context(self, sid: Hashable, multi: bool, sq: int) -> None:
+        """The routing context of the blocks that follow: their session, whether it is
+        multi-turn, and its chat/agentic queue (``begin`` sets it; the DRAM adapter sets it
+        per block)."""
+        self._sid = sid
+        self._multi = multi
+        self._sq = int(sq)
+        self._mq = int(sq) if multi else 0  # queue of an unshared, non-reasoning block
+        self._run_tau = -1
+
+    def _phase(self, types: Any, decode: bool) -> None:
+        """Start a phase (prefill or decode) whose block ``i`` has type ``types[i]``; the
+        per-block paths read these per-phase facts instead of re-deriving them."""
+        self._tcache = types
+        self._run_decode = decode
+        self._run_tau = -1
+        self._hb = -1 if decode else self.view.hit_blocks  # i < _hb: a prefix-hit block
+        self._pos_on = self._learn and not decode  # structural position statistics
+
     def _types(self) -> list[int]:
         """Token-type indices of the current phase's blocks (converted once per phase)."""
         v = self.view
         if v.decode != self._run_decode or self._tcache is None:
-            self._run_decode = v.decode
-            self._run_tau = -1
-            self._tcache = [_TYPE_INDEX.get(t, NT - 1) for t in v.block_types]
-        return self._tcache
+            self._phase(list(map(_TYPE_INDEX.__getitem__, v.block_types)), v.decode)
+        return self._tcache  # type: ignore[return-value]
 
     def _route(self, tau: int, shared: bool, i: int, decode: bool) -> tuple[int, int, int, int]:
         """(queue, effective type, offset bucket, group id) of a block of type ``tau`` at
@@ -500,7 +541,7 @@ class SAECache(PrefixPolicy):
                 ob = NB - 1
         return q, rt, ob, (q * NT + rt) * NB + ob
 
-    def _move(self, b: _Blk, q: int, rt: int, ob: int, gid: int, now: float) -> None:
+    def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
         """Put ``b`` (not in group ``gid``) at the tail of group ``gid``."""
         if b.q >= 0:
             self._unplace(b)
@@ -529,10 +570,8 @@ class SAECache(PrefixPolicy):
     # no tuple), and a hit that stays in its group is a single OrderedDict.move_to_end.
     def on_hit(self, key: Key, i: int, now: float) -> None:
         b = self._blocks[key]
-        v = self.view
-        decode = v.decode
         types = self._tcache
-        if types is None or decode != self._run_decode:
+        if types is None or self.view.decode != self._run_decode:
             types = self._types()
         tau = b.tau
         if self._learn:
@@ -545,56 +584,41 @@ class SAECache(PrefixPolicy):
             b.shared = True
             b.sid = sid
         # routing (= _route)
+        ob = 0
         if tau == REASONING:
-            q = gid = ob = 0
-            rt = tau
+            q = gid = 0
         else:
-            if b.shared:
+            q = 1 if b.shared else self._mq
+            if not q and tau in _STRUCTURE_TYPES and not self._run_decode:
                 q = 1
-            elif self._multi:
-                q = self._sq
-            elif tau in _STRUCTURE_TYPES and not decode:
-                q = 1
-            else:
-                q = 0
             if q:
                 w = self._w
                 rt = self._run_tau
                 if rt < 0 or w[tau] > w[rt]:
                     self._run_tau = rt = tau
-                ob = 0
-                if q == 1 and not decode:
-                    ob = (i + 1).bit_length() - 1
-                    if ob >= NB:
-                        ob = NB - 1
+                if q == 1 and not self._run_decode:
+                    ob = _OB[i] if i < _NOB else NB - 1
                 gid = (q * NT + rt) * NB + ob
             else:
-                gid = ob = 0
-                rt = tau
+                gid = 0
         self._seq = seq = self._seq + 1
         b.seq = seq
         b.last = now
         if b.gid == gid:  # stays in its group: a touch (the common hit: O(1), no heap work)
             self._groups[gid].move_to_end(key)
         else:
-            self._move(b, q, rt, ob, gid, now)
-        if not decode:
-            if i < v.hit_blocks:
-                self._hit_now[q] += b.tokens
-            if q == 1 and self._learn:
-                k = (i + 1).bit_length() - 1
-                if k >= NB:
-                    k = NB - 1
-                self._pos_acc[k] += 1.0
-                self._pos_reuse[k] += 1.0
-                if i > self._o_max_seen:
-                    self._o_max_seen = i
+            self._move(b, q, gid, now)
+        if i < self._hb:
+            self._hit_now[q] += b.tokens
+        if q == 1 and self._pos_on:  # a structural prompt block reused (ob = its bucket)
+            self._pos_acc[ob] += 1.0
+            self._pos_reuse[ob] += 1.0
+            if i > self._o_max_seen:
+                self._o_max_seen = i
 
     def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
-        v = self.view
-        decode = v.decode
         types = self._tcache
-        if types is None or decode != self._run_decode:
+        if types is None or self.view.decode != self._run_decode:
             types = self._types()
         tau = types[i] if i < len(types) else NT - 1
         ghost = self._ghost.pop(key, None) if self._ghost else None
@@ -602,27 +626,35 @@ class SAECache(PrefixPolicy):
             r = self._reuse
             r[ghost] += self._type_rate * (1.0 - r[ghost])
         # routing (= _route for a block no other session has touched yet)
-        q = 0
-        if tau != REASONING:
-            if self._multi:
-                q = self._sq
-            elif tau in _STRUCTURE_TYPES and not decode:
-                q = 1
         ob = 0
+        q = self._mq if tau != REASONING else 0
+        if not q and tau in _STRUCTURE_TYPES and not self._run_decode:
+            q = 1
         if q:
             w = self._w
             rt = self._run_tau
             if rt < 0 or w[tau] > w[rt]:
                 self._run_tau = rt = tau
-            if q == 1 and not decode:
-                ob = (i + 1).bit_length() - 1
-                if ob >= NB:
-                    ob = NB - 1
+            if q == 1 and not self._run_decode:
+                ob = _OB[i] if i < _NOB else NB - 1
             gid = (q * NT + rt) * NB + ob
         else:
             gid = 0
         self._seq = seq = self._seq + 1
-        b = _Blk(key, tokens, tau, self._sid, q, gid, seq, now)
+        free = self._free
+        if free:
+            b = free.pop()
+            b.key = key
+            b.tokens = tokens
+            b.tau = tau
+            b.sid = self._sid
+            b.q = q
+            b.gid = gid
+            b.seq = seq
+            b.last = now
+            b.shared = False
+        else:
+            b = _Blk(key, tokens, tau, self._sid, q, gid, seq, now)
         self._blocks[key] = b
         g = self._groups[gid]
         g[key] = b
@@ -633,9 +665,9 @@ class SAECache(PrefixPolicy):
                 self._nonempty.add(gid)
                 if self._hnow == now and self._hver == self._version:
                     heapq.heappush(self._heap, (self._prio(b, now), seq, gid))
-            if q == 1 and self._learn and not decode:
+            if q == 1 and self._pos_on:
                 if ghost is not None:  # its eviction was counted as "not reused": it was
-                    self._pos_reuse[ob] += 1.0  # (ob = offset_bucket(i))
+                    self._pos_reuse[ob] += 1.0
                 if i > self._o_max_seen:
                     self._o_max_seen = i
 
@@ -660,6 +692,10 @@ class SAECache(PrefixPolicy):
             ghost.popitem(last=False)
             if len(ghost) > self._ghost_limit:
                 ghost.popitem(last=False)
+        free = self._free
+        if len(free) < 64:
+            b.sid = None  # the record is reused by a later insert; keep no session alive
+            free.append(b)
         return key
 
     def _victim_main(self, now: float) -> _Blk:
@@ -685,7 +721,14 @@ class SAECache(PrefixPolicy):
             self._res_count[q] -= 1
             if g:
                 nb = next(iter(g.values()))
-                heapq.heapreplace(heap, (self._prio(nb, now), nb.seq, gid))
+                # = self._prio(nb, now), inlined (nb is in the same group as b: same q, gid)
+                dt = now - nb.last
+                c = self._gc.get(gid)
+                if c is None:
+                    c = self._group_const(gid)
+                if q > 1 and self._lognormal and dt > 0.0:
+                    c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
+                heapq.heapreplace(heap, (c / (dt + self._delta), nb.seq, gid))
             else:
                 heapq.heappop(heap)
                 self._nonempty.discard(gid)
@@ -693,12 +736,25 @@ class SAECache(PrefixPolicy):
         raise LookupError("victim() on an empty SAECache")
 
     def _rebuild(self, now: float) -> None:
+        """The heap of group heads at ``now`` (``_prio`` inlined: this runs once per
+        request that evicts from the scored queues, over every non-empty group)."""
         groups = self._groups
-        prio = self._prio
+        gc = self._gc
+        delta = self._delta
+        lognormal = self._lognormal
+        mu, sig = self._mu, self._sig
+        erfc, log = math.erfc, math.log
         heap = []
         for gid in self._nonempty:
             b = next(iter(groups[gid].values()))
-            heap.append((prio(b, now), b.seq, gid))
+            dt = now - b.last
+            c = gc.get(gid)
+            if c is None:
+                c = self._group_const(gid)
+            q = b.q
+            if q > 1 and lognormal and dt > 0.0:
+                c *= 0.5 * erfc((log(dt) - mu[q]) / (sig[q] * _SQRT2))
+            heap.append((c / (dt + delta), b.seq, gid))
         heapq.heapify(heap)
         self._heap = heap
         self._hnow = now
@@ -709,9 +765,8 @@ class SAECache(PrefixPolicy):
               now: float) -> None:
         """Access or insert one block whose type is given directly (the caller has already
         called :meth:`begin` for its request). Used by the DRAM-tier adapter."""
-        self._tcache = _ConstTypes(_TYPE_INDEX.get(token_type or "other", NT - 1))
-        self._run_decode = self.view.decode
-        self._run_tau = -1  # blocks arrive one by one here: no prefix inheritance
+        # blocks arrive one by one here: no prefix inheritance (_phase resets the run)
+        self._phase(_ConstTypes(_TYPE_INDEX.get(token_type or "other", NT - 1)), self.view.decode)
         if key in self._blocks:
             self.on_hit(key, offset_blocks, now)
         else:

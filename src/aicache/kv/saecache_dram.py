@@ -62,10 +62,7 @@ class SAECacheBlocks(BlockEvictionPolicy):
         return q
 
     def _context(self, node: RadixNode) -> None:
-        sae = self.sae
-        sae._sid = node.session
-        sae._multi = node.session is not None
-        sae._sq = self._queue(node)
+        self.sae.set_context(node.session, node.session is not None, self._queue(node))
 
     def _touch(self, node: RadixNode, now: float) -> None:
         self._context(node)

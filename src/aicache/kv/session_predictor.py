@@ -14,6 +14,7 @@ horizon (a high quantile of the learned gap distribution) becomes a negative.
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -144,7 +145,7 @@ class ContinuationPredictor:
         if self.hidden is not None:
             z = float(self._w @ np.asarray(x))  # type: ignore[operator]
         else:
-            z = sum(a * b for a, b in zip(self._w, x))
+            z = sum(map(operator.mul, self._w, x))  # in C; same summation order
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
     def update(self, x: list[float] | np.ndarray, label: float) -> None:
