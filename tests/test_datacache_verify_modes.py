@@ -278,3 +278,55 @@ def test_get_range_never_serves_an_unverified_or_changed_file(tmp_path) -> None:
         full.close()
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("mode", VERIFY_MODES)
+def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_block(
+        tmp_path, mode) -> None:
+    """The kernel's readahead sends the pieces of a block concurrently on several libfuse
+    threads. With 4 threads per block racing through ``read_into`` (the first piece makes
+    the access; the others read outside the handle's lock), every piece has the source's
+    bytes and each block is still one demand access."""
+    import threading
+
+    import fsspec
+
+    from aicache.datacache.fuse import CacheFuse
+
+    (tmp_path / "src").mkdir()
+    nblocks = 12
+    data = payload(7, nblocks * BLOCK)
+    (tmp_path / "src" / "f.bin").write_bytes(data)
+    target = fsspec.filesystem("file")
+    ops = CacheFuse(lambda: CacheEngine(target, str(tmp_path / "cache"), 1 << 24, policy="lru",
+                                        params=EngineParams(block_size=BLOCK, verify=mode)),
+                    target, str(tmp_path / "src"))
+    ops.init("/")
+    e = ops.engine
+    assert e is not None
+    try:
+        e.store._racy_ns = 0
+        for rnd in range(2):  # cold (misses, whole-block reads), then warm (range reads)
+            fh = ops.open("/f.bin", os.O_RDONLY)
+            before = e.metrics.value("hits") + e.metrics.value("misses")
+            piece = BLOCK // 4
+            errors: list[str] = []
+            for idx in range(nblocks):
+                bufs = [bytearray(piece) for _ in range(4)]
+
+                def read(k: int, idx: int = idx, bufs: list[bytearray] = bufs) -> None:
+                    off = idx * BLOCK + k * piece
+                    n = ops.read_into("/f.bin", memoryview(bufs[k]), off, fh)
+                    if n != piece or bytes(bufs[k]) != data[off:off + piece]:
+                        errors.append(f"round {rnd} block {idx} piece {k}")
+
+                threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            assert not errors
+            assert e.metrics.value("hits") + e.metrics.value("misses") - before == nblocks
+            ops.release("/f.bin", fh)
+    finally:
+        ops.destroy("/")

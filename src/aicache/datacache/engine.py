@@ -462,13 +462,44 @@ class CacheEngine:
         if data is None:
             blk = self.read_block(meta, idx)
             return (blk if (start == 0 and end >= len(blk)) else blk[start:end]), blk
+        self._range_hit(meta, idx, key)
+        return data, None
+
+    def read_block_range_into(self, meta: FileMeta, idx: int, start: int, buf: memoryview
+                              ) -> tuple[int, bytes | None]:
+        """:meth:`read_block_range` of ``[start, start + len(buf))`` written into ``buf`` (a
+        FUSE reply buffer): a verified block's range goes from its file straight into
+        ``buf``. Returns ``(bytes written, the whole block or None)``."""
+        key = BlockKey(meta.path, meta.version, idx)
+        n = self.store.get_range_into(key, start, buf)
+        if n is None:
+            blk = self.read_block(meta, idx)
+            piece = memoryview(blk)[start:start + len(buf)]
+            n = len(piece)
+            buf[:n] = piece
+            return n, blk
+        self._range_hit(meta, idx, key)
+        return n, None
+
+    def claim_range_hit(self, meta: FileMeta, idx: int) -> BlockKey | None:
+        """Account a demand read of block ``idx`` *before* reading it, when the store
+        can serve its ranges (a verified local block): returns its key, and the caller
+        then reads pieces with ``store.get_range_into``; None (nothing accounted) when
+        the block must go through :meth:`read_block_range_into`."""
+        key = BlockKey(meta.path, meta.version, idx)
+        if not self.store.serves_ranges(key):
+            return None
+        self._range_hit(meta, idx, key)
+        return key
+
+    def _range_hit(self, meta: FileMeta, idx: int, key: BlockKey) -> None:
+        """Account a demand read of block ``idx`` that the store served as a range."""
         base = self._bases.get(meta.path)
         if base is None:
             self._ensure_mapped(meta)
             base = self._bases[meta.path]
         self._local_hit(key, base + idx, self.unit_of(meta.path),
                         min(self.block_size, meta.size - idx * self.block_size))
-        return data, None
 
     def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int) -> None:
         """Tell the system about a demand read served from the store (and act on its

@@ -146,10 +146,13 @@ class _Handle:
 
     Each block counts as *one* demand access per handle, whatever the number of kernel
     requests (≤ 1 MiB on libfuse 3, 128 KiB on libfuse 2) it takes. The first request of
-    a block makes the access under the handle's lock (``read_block_range``); later
-    requests of a block this handle already accounted read just their range
-    (``BlockStore.get_range``: lock-free, served only from a file version verified in
-    this process), or slice the whole block kept when the store cannot serve ranges
+    a block makes the access under the handle's lock: for a verified local block it only
+    accounts it (``claim_range_hit``) and reads its own range after releasing the lock,
+    so the kernel's concurrent requests for the other pieces are not queued behind it;
+    otherwise it reads the whole block (``read_block_range_into``: fetch or verify).
+    Later requests of a block this handle already accounted read just their range
+    (``BlockStore.get_range_into``: lock-free, served only from a file version verified
+    in this process), or slice the whole block kept when the store cannot serve ranges
     (verify mode ``full``, a block not verified yet). ``cur``/``prev`` are
     ``(idx, block or None, key)`` tuples, swapped atomically, so
     lock-free readers always see a consistent triple."""
@@ -170,19 +173,47 @@ class _Handle:
                 return engine.store.get_range(key, s, e)  # type: ignore[arg-type]
         return None
 
+    def _known_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int | None:
+        """:meth:`_known` written into ``buf``; None when this handle has not accounted
+        block ``idx`` (or its file changed since)."""
+        for i, blk, key in (self.cur, self.prev):
+            if i == idx:
+                if blk is not None:
+                    piece = memoryview(blk)[s:s + len(buf)]
+                    buf[:len(piece)] = piece
+                    return len(piece)
+                return engine.store.get_range_into(key, s, buf)  # type: ignore[arg-type]
+        return None
+
     def read_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
         """:meth:`read` of ``[s, s + len(buf))`` into ``buf``; returns the bytes written.
-        A piece of a verified block goes from the block file straight into ``buf``."""
-        for i, blk, key in (self.cur, self.prev):
-            if i == idx and blk is None:
-                got = engine.store.get_range_into(key, s, buf)  # type: ignore[arg-type]
-                if got is not None:
-                    return got
-                break
-        data = self.read(engine, idx, s, s + len(buf))
-        n = len(data)
-        buf[:n] = data
-        return n
+        Every piece of a verified block goes from the block file straight into ``buf``;
+        the lock is held only by the first piece of a block (its one demand access), so
+        the kernel's concurrent readahead requests of that block then read in parallel."""
+        n = self._known_into(engine, idx, s, buf)
+        if n is not None:
+            return n
+        with self.lock:
+            n = self._known_into(engine, idx, s, buf)
+            if n is not None:
+                return n
+            key = engine.claim_range_hit(self.meta, idx)
+            if key is None:  # a miss, or a block not verified here yet: read it whole
+                n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
+                m = self.meta
+                self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
+                return n
+            self.prev, self.cur = self.cur, (idx, None, key)
+        # a verified local block, already accounted: read outside the lock, so that the
+        # other pieces of this block are not queued behind this one
+        n = engine.store.get_range_into(key, s, buf)
+        if n is not None:
+            return n
+        with self.lock:  # the file changed since it was verified: read (and check) it whole
+            n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
+            m = self.meta
+            self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
+            return n
 
     def read(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
         got = self._known(engine, idx, s, e)

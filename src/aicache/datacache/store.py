@@ -336,6 +336,12 @@ class BlockStore:
         of bytes written (short at the block's end), or None as :meth:`get_range` would."""
         return self._range(key, start, start + len(buf), buf)  # type: ignore[return-value]
 
+    def serves_ranges(self, key: BlockKey) -> bool:
+        """Whether :meth:`get_range` may serve ``key`` (it was verified in this process and
+        the mode is not ``full``) — a memo lookup, no I/O; the read itself still checks
+        that the file is the verified version."""
+        return self.verify_mode != "full" and key in self._verified
+
     def _range(self, key: BlockKey, start: int, end: int, buf: memoryview | None
                ) -> bytes | int | None:
         seen = self._verified.get(key)
