@@ -70,6 +70,22 @@ def test_run_with_select_prints_tables_and_report_path(tmp_path: Path,
     assert {r["policy"] for r in rows} == {"lru", "fifo"} and {r["trace"] for r in rows} == {"zipf-1.0"}
 
 
+def test_report_keeps_the_experiments_already_stored_in_out(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Running a second experiment into the same --out rewrites report.html with both
+    sections (this run's first), and prints only this run's tables."""
+    common = ["--quick", "--workers", "0", "--out", str(tmp_path)]
+    assert main(["experiment", "run", "cache-policies", "--select", "trace=zipf-1.0",
+                 "--select", "policy=lru", *common]) == 0
+    capsys.readouterr()
+    assert main(["experiment", "run", "chiron-diagnosis", *common]) == 0
+    out = capsys.readouterr().out
+    assert "== chiron-diagnosis" in out and "== cache-policies" not in out
+    html = (tmp_path / "report.html").read_text()
+    assert html.index("id='chiron-diagnosis'") < html.index("id='cache-policies'")
+    assert "Miss ratio on zipf-1.0" in html
+
+
 def test_demo_runs_registered_entries_notes_missing_ones_and_writes_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(demo_config, "DEMO_EXPERIMENTS", [

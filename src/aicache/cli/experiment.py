@@ -1,7 +1,8 @@
 """``aicache experiment list|run``: the registered experiments, run resumably, reported.
 
 ``run`` stores rows under ``--out`` (default ``results/``), prints each experiment's summary
-tables and goals, writes ``OUT/report.html`` and prints its path. Rerunning the same
+tables and goals, writes ``OUT/report.html`` (with every other experiment already stored
+under ``OUT`` after this run's) and prints its path. Rerunning the same
 command reuses every finished cell (a killed run resumes). Exit status: 0, 1 when any
 cell or report failed (the report is still written), 2 for bad input.
 """
@@ -148,12 +149,15 @@ def _union_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def run_specs(specs: Sequence[RunSpec], *, out: Path, workers: int | None,
               ray_address: str | None, as_json: bool,
               skipped: Sequence[Mapping[str, str]] = ()) -> int:
-    """Run each spec, write ``OUT/report.html``, print tables (or JSON). Exit status."""
+    """Run each spec, write ``OUT/report.html`` (this run's experiments first, then every
+    other experiment already stored under ``OUT``), print this run's tables (or JSON).
+    Exit status."""
     import contextlib
 
     from aicache.cli.output import emit, print_rows
+    from aicache.experiments import EXPERIMENTS
     from aicache.experiments.report import render_sections, write_report
-    from aicache.experiments.runner import ray_session, run_experiment
+    from aicache.experiments.runner import RUN_FILE, ray_session, run_experiment
 
     results = []
     session = ray_session(ray_address, workers) if ray_address else contextlib.nullcontext()
@@ -163,8 +167,13 @@ def run_specs(specs: Sequence[RunSpec], *, out: Path, workers: int | None,
                                           ray_address=ray_address, workers=workers,
                                           select=spec.select, stored_only=spec.stored_only))
     names = [r.name for r in results]
-    sections = render_sections(out, names)
-    path = write_report(out, names, sections)
+    # OUT/report.html covers every experiment stored under OUT, not just this run's: running
+    # one experiment must not drop the others' sections from a shared results folder
+    stored = [n for n in EXPERIMENTS.names()
+              if n not in names and (Path(out) / n / RUN_FILE).is_file()]
+    all_sections = render_sections(out, names + stored)
+    path = write_report(out, names + stored, all_sections)
+    sections = all_sections[:len(names)]
     status = 0 if all(r.ok for r in results) and not any(s.error for s in sections) else 1
 
     if as_json:
