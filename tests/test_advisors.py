@@ -261,6 +261,60 @@ def test_concentration_false_alarms_under_uniform_access() -> None:
         assert alarms <= 4, (span, alarms)  # one-sided z = 3: ~0.1% expected
 
 
+def _loader_order(n: int, readers: int, batch: int, seed: int) -> list[int]:
+    """A DataLoader-like sequential pass: ``readers`` workers each read their own batch of
+    ``batch`` consecutive IDs, whichever worker happens to be ready reads next (random,
+    not round-robin: no lag has a constant step)."""
+    rnd = random.Random(seed)
+    out: list[int] = []
+    base = 0
+    while len(out) < n:
+        streams = [list(range(base + w * batch, base + (w + 1) * batch)) for w in range(readers)]
+        base += readers * batch
+        while any(streams):
+            w = rnd.randrange(readers)
+            if streams[w]:
+                out.append(streams[w].pop(0))
+    return out[:n]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_irregularly_interleaved_readers_are_sequential(seed: int) -> None:
+    """Two loader workers interleaved at random: every access continues one of the last
+    few by +1, so a 200-access window is sequential above the gate's 0.7 (before the
+    continuation test this was ``random`` at ~0.5: the real PyTorch job's sequential pass
+    was never diagnosed); the same IDs shuffled stay random."""
+    adv = StatisticalAdvisor()
+    order = _loader_order(200, 2, 32, seed)
+    a = adv.diagnose(order)
+    assert a is not None and a.pattern == "sequential" and a.confidence >= TAU, a
+    shuffled = list(order)
+    random.Random(seed).shuffle(shuffled)
+    b = adv.diagnose(shuffled)
+    assert b is not None and b.pattern == "random", b
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=st.lists(st.integers(0, 40), min_size=2, max_size=120))
+def test_continuation_evidence_equals_a_plain_count(x: list[int]) -> None:
+    """The vectorised continuation test against a plain loop over the accesses."""
+    from aicache.adaptive.advisor.statistical import (MAX_LAG, MIN_STEPS, _wilson_lower,
+                                                      continuation_evidence)
+
+    arr = np.asarray(x, dtype=np.int64)
+    m = len(set(x))
+    got, _ = continuation_evidence(arr, m)
+    n = len(x)
+    L = min(2 * MAX_LAG, n - 1)
+    p0 = min(1.0, L / max(m, 1))
+    want = 0.0
+    if L >= 1 and n - L >= MIN_STEPS and p0 < 1.0:
+        for step in (1, -1):
+            h = sum(1 for i in range(L, n) if (x[i] - step) in x[i - L:i])
+            want = max(want, (_wilson_lower(h, n - L) - p0) / (1.0 - p0))
+    assert got == pytest.approx(want, abs=1e-12)
+
+
 # ---------------------------------------------------------------------------- oracle / noisy
 
 

@@ -18,6 +18,10 @@ dataset size, stride or skew parameter of some generator:
   *persistence* ``p`` (how often the dominant step follows itself): ``O = p O_all +
   (1-p) O_runs`` — long runs (a traversal, or big files read through) keep their order
   evidence, two-block runs are judged by the order of the samples.
+  Readers interleaved *irregularly* (PyTorch DataLoader workers, whose batches finish at
+  different times) leave no lag with a constant step; a third test counts the accesses
+  that continue (±1) one of the last ``2·MAX_LAG`` accesses, against the chance ``L/m`` of
+  that under a random order (:func:`continuation_evidence`).
 * **concentration** ``C`` (skewed: "repeated accesses concentrated on a comparatively
   small subset of IDs"). The *collision* statistic ``K = sum_u c_u (c_u - 1) / 2`` (pairs
   of accesses to the same ID) estimates ``n(n-1)/2 · sum p_u²`` without bias. Uniform
@@ -142,7 +146,38 @@ def order_evidence(x: np.ndarray, m: int) -> tuple[float, str]:
             best = mono
             direction = "ascending" if pos >= nz - pos else "descending"
             why = f"lag-{k} moves {max(pos, nz - pos) / nz:.0%} {direction}"
+    cont, why_cont = continuation_evidence(x, m)
+    if cont > best:
+        best, why = cont, why_cont
     return min(1.0, max(0.0, best)), why
+
+
+def continuation_evidence(x: np.ndarray, m: int) -> tuple[float, str]:
+    """Readers interleaved *irregularly* (DataLoader workers whose batches finish at
+    different times: ``0 32 1 2 33 3 34 35 4 …``) have no lag with a constant step, but
+    each access continues one of the last ``L = 2·MAX_LAG`` accesses by ±1. Under a random
+    order of ``m`` IDs the block next to ``x_i`` is among those ``L`` with chance about
+    ``L/m``; the evidence is the normalised excess of the Wilson lower bound over that,
+    as for a stride. Re-reads (a zero step) never count as a continuation."""
+    n = int(x.size)
+    L = min(2 * MAX_LAG, n - 1)
+    if L < 1 or n - L < MIN_STEPS:
+        return 0.0, "no stable stride"
+    p0 = min(1.0, L / max(m, 1))
+    if p0 >= 1.0:
+        return 0.0, "no stable stride"
+    cur = x[L:]
+    best, why = 0.0, "no stable stride"
+    for step, name in ((1, "ascending"), (-1, "descending")):
+        hit = np.zeros(cur.size, dtype=bool)
+        for k in range(1, L + 1):
+            hit |= cur - x[L - k : n - k] == step
+        h = int(np.count_nonzero(hit))
+        e = (_wilson_lower(h, int(cur.size)) - p0) / (1.0 - p0)
+        if e > best:
+            best = e
+            why = f"{h / cur.size:.0%} of accesses continue one of the last {L} ({name}, interleaved readers)"
+    return best, why
 
 
 def run_starts(x: np.ndarray) -> tuple[np.ndarray, float]:
