@@ -330,3 +330,49 @@ def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_blo
             ops.release("/f.bin", fh)
     finally:
         ops.destroy("/")
+
+
+def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path) -> None:
+    """Verify mode ``stat``: the mount's first piece of a verified block only accounts it,
+    and later pieces read their range straight from the block file. If the file is
+    corrupted in between (a stray writer: its ctime changes), the next piece must not serve
+    it: the range read sees a different file version, the whole block is re-read and
+    checked, found corrupt, dropped and fetched again, and the piece has the source's
+    bytes. (``full`` keeps the verified block in memory and never reads the file again
+    for that handle; ``none`` checks no checksums, by definition.)"""
+    import fsspec
+
+    from aicache.datacache.fuse import CacheFuse
+
+    (tmp_path / "src").mkdir()
+    data = payload(11, 2 * BLOCK)
+    (tmp_path / "src" / "f.bin").write_bytes(data)
+    target = fsspec.filesystem("file")
+    ops = CacheFuse(lambda: CacheEngine(target, str(tmp_path / "cache"), 1 << 24, policy="lru",
+                                        params=EngineParams(block_size=BLOCK, verify="stat")),
+                    target, str(tmp_path / "src"))
+    ops.init("/")
+    e = ops.engine
+    assert e is not None
+    try:
+        e.store._racy_ns = 0
+        path = str(tmp_path / "src" / "f.bin")
+        assert e.read(path) == data  # fetched and stored
+        assert e.read(path) == data  # read back from the store: verified, remembered
+        fetched = e.metrics.value("remote_bytes")
+        fh = ops.open("/f.bin", os.O_RDONLY)
+        half = BLOCK // 2
+        buf = bytearray(half)
+        assert ops.read_into("/f.bin", memoryview(buf), 0, fh) == half and bytes(buf) == data[:half]
+        h = ops._handles[fh]
+        assert h.cur[0] == 0 and h.cur[1] is None  # accounted, served as a range
+        meta = e.stat(path)
+        flip(e.store.block_path(BlockKey(meta.path, meta.version, 0)), HEADER_SIZE + half + 7)
+        buf = bytearray(half)
+        assert ops.read_into("/f.bin", memoryview(buf), half, fh) == half
+        assert bytes(buf) == data[half:BLOCK]
+        assert e.metrics.value("corrupt_blocks") == 1
+        assert e.metrics.value("remote_bytes") == fetched + BLOCK  # refetched once
+        ops.release("/f.bin", fh)
+    finally:
+        ops.destroy("/")
