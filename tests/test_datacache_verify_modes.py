@@ -53,6 +53,26 @@ def flip(path: str, at: int) -> None:
         f.write(bytes([b[0] ^ 0x5A]))
 
 
+def fuse_ops(d, data: bytes, mode: str):  # type: ignore[no-untyped-def]
+    """The mount's operations object (no mount: called directly) over ``d/src/f.bin`` =
+    ``data``, an lru engine with 64 KiB blocks in verify ``mode``, initialised, with
+    blocks remembered as verified at once (no writes follow in these tests)."""
+    import fsspec
+
+    from aicache.datacache.fuse import CacheFuse
+
+    (d / "src").mkdir()
+    (d / "src" / "f.bin").write_bytes(data)
+    target = fsspec.filesystem("file")
+    ops = CacheFuse(lambda: CacheEngine(target, str(d / "cache"), 1 << 24, policy="lru",
+                                        params=EngineParams(block_size=BLOCK, verify=mode)),
+                    target, str(d / "src"))
+    ops.init("/")
+    assert ops.engine is not None
+    ops.engine.store._racy_ns = 0
+    return ops, ops.engine
+
+
 @pytest.mark.parametrize("mode", ["full", "stat"])
 def test_full_and_stat_detect_a_block_corrupted_after_it_was_verified(tmp_path, mode) -> None:
     s = store(tmp_path, mode)
@@ -205,23 +225,9 @@ def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
     equals the source's bytes, and a handle makes one demand access per block it moves
     to (the kernel's pieces of one block are one access). ``into``: the same through
     ``read_into``, the zero-copy path the mount uses (reads into the reply buffer)."""
-    import fsspec
-
-    from aicache.datacache.fuse import CacheFuse
-
-    d = tmp_path_factory.mktemp("fuse")
-    (d / "src").mkdir()
     data = payload(42, 3 * BLOCK + 100)
-    (d / "src" / "f.bin").write_bytes(data)
-    target = fsspec.filesystem("file")
-    ops = CacheFuse(lambda: CacheEngine(target, str(d / "cache"), 1 << 24, policy="lru",
-                                        params=EngineParams(block_size=BLOCK, verify=mode)),
-                    target, str(d / "src"))
-    ops.init("/")
-    e = ops.engine
-    assert e is not None
+    ops, e = fuse_ops(tmp_path_factory.mktemp("fuse"), data, mode)
     try:
-        e.store._racy_ns = 0  # remember blocks at once (no writes follow in this test)
         fh = ops.open("/f.bin", os.O_RDONLY)
         for off in range(0, len(data), BLOCK):  # fill + verify every block
             assert ops.read("/f.bin", BLOCK, off, fh) == data[off:off + BLOCK]
@@ -289,23 +295,10 @@ def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_blo
     bytes and each block is still one demand access."""
     import threading
 
-    import fsspec
-
-    from aicache.datacache.fuse import CacheFuse
-
-    (tmp_path / "src").mkdir()
     nblocks = 12
     data = payload(7, nblocks * BLOCK)
-    (tmp_path / "src" / "f.bin").write_bytes(data)
-    target = fsspec.filesystem("file")
-    ops = CacheFuse(lambda: CacheEngine(target, str(tmp_path / "cache"), 1 << 24, policy="lru",
-                                        params=EngineParams(block_size=BLOCK, verify=mode)),
-                    target, str(tmp_path / "src"))
-    ops.init("/")
-    e = ops.engine
-    assert e is not None
+    ops, e = fuse_ops(tmp_path, data, mode)
     try:
-        e.store._racy_ns = 0
         for rnd in range(2):  # cold (misses, whole-block reads), then warm (range reads)
             fh = ops.open("/f.bin", os.O_RDONLY)
             before = e.metrics.value("hits") + e.metrics.value("misses")
@@ -340,22 +333,9 @@ def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path) -> Non
     checked, found corrupt, dropped and fetched again, and the piece has the source's
     bytes. (``full`` keeps the verified block in memory and never reads the file again
     for that handle; ``none`` checks no checksums, by definition.)"""
-    import fsspec
-
-    from aicache.datacache.fuse import CacheFuse
-
-    (tmp_path / "src").mkdir()
     data = payload(11, 2 * BLOCK)
-    (tmp_path / "src" / "f.bin").write_bytes(data)
-    target = fsspec.filesystem("file")
-    ops = CacheFuse(lambda: CacheEngine(target, str(tmp_path / "cache"), 1 << 24, policy="lru",
-                                        params=EngineParams(block_size=BLOCK, verify="stat")),
-                    target, str(tmp_path / "src"))
-    ops.init("/")
-    e = ops.engine
-    assert e is not None
+    ops, e = fuse_ops(tmp_path, data, "stat")
     try:
-        e.store._racy_ns = 0
         path = str(tmp_path / "src" / "f.bin")
         assert e.read(path) == data  # fetched and stored
         assert e.read(path) == data  # read back from the store: verified, remembered

@@ -199,21 +199,28 @@ class _Handle:
                 return n
             key = engine.claim_range_hit(self.meta, idx)
             if key is None:  # a miss, or a block not verified here yet: read it whole
-                n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
-                m = self.meta
-                self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
-                return n
-            self.prev, self.cur = self.cur, (idx, None, key)
+                return self._load_into(engine, idx, s, buf)
+            self._moved_to(idx, None)
         # a verified local block, already accounted: read outside the lock, so that the
         # other pieces of this block are not queued behind this one
         n = engine.store.get_range_into(key, s, buf)
         if n is not None:
             return n
         with self.lock:  # the file changed since it was verified: read (and check) it whole
-            n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
-            m = self.meta
-            self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
-            return n
+            return self._load_into(engine, idx, s, buf)
+
+    def _load_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
+        """Under the lock: one demand access of block ``idx`` that reads (fetches or
+        verifies) it whole, its piece written into ``buf``; the handle moves to it."""
+        n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
+        self._moved_to(idx, blk)
+        return n
+
+    def _moved_to(self, idx: int, blk: bytes | None) -> None:
+        """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range) is now
+        the handle's current block, the old one its previous."""
+        m = self.meta
+        self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
 
     def read(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
         got = self._known(engine, idx, s, e)
@@ -226,8 +233,7 @@ class _Handle:
             if got is not None:
                 return got
             got, blk = engine.read_block_range(self.meta, idx, s, e)
-            m = self.meta
-            self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
+            self._moved_to(idx, blk)
             return got
 
 
