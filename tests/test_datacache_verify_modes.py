@@ -66,11 +66,36 @@ def fuse_ops(d, data: bytes, mode: str):  # type: ignore[no-untyped-def]
     target = fsspec.filesystem("file")
     ops = CacheFuse(lambda: CacheEngine(target, str(d / "cache"), 1 << 24, policy="lru",
                                         params=EngineParams(block_size=BLOCK, verify=mode)),
-                    target, str(d / "src"))
+                    target, str(d / "src"), splice_bytes=1 << 20)
     ops.init("/")
     assert ops.engine is not None
     ops.engine.store._racy_ns = 0
     return ops, ops.engine
+
+
+def spliced(ops, off: int, size: int, fh: int) -> bytes:  # type: ignore[no-untyped-def]
+    """A read through ``read_buf``, the mount's splice path, decoded as libfuse would send
+    it: each buffer of the returned ``fuse_bufvec`` read from its descriptor at its offset
+    (what the splice moves) or from its memory; then freed as libfuse frees it."""
+    import ctypes
+
+    from aicache.datacache.fuse import _FUSE_BUF_IS_FD, _bufvec_type, _libc
+
+    assert ops.read_buf is not None, "splice path unavailable: libfuse 3 < 3.17 is installed"
+    slot = ctypes.c_void_p()
+    assert ops.read_buf("/f.bin", ctypes.pointer(slot), size, off, fh) == 0
+    count = ctypes.c_size_t.from_address(slot.value).value
+    bv = _bufvec_type(count).from_address(slot.value)
+    out = []
+    for b in bv.buf[:count]:
+        if b.flags & _FUSE_BUF_IS_FD:
+            out.append(os.pread(b.fd, b.size, b.pos))
+            os.fstat(b.fd)  # still open: it is closed on this thread's next call
+        else:
+            out.append(ctypes.string_at(b.mem, b.size) if b.size else b"")
+            _libc.free(b.mem)
+    _libc.free(slot.value)
+    return b"".join(out)
 
 
 @pytest.mark.parametrize("mode", ["full", "stat"])
@@ -217,14 +242,16 @@ def test_unknown_verify_mode_is_bad_input(tmp_path) -> None:
 @settings(max_examples=20, deadline=None)
 @given(reads=st.lists(st.tuples(st.integers(0, 3 * BLOCK + 99), st.integers(1, 3 * BLOCK)),
                       min_size=1, max_size=30),
-       mode=st.sampled_from(VERIFY_MODES), into=st.booleans())
+       mode=st.sampled_from(VERIFY_MODES), path=st.sampled_from(["bytes", "into", "splice"]))
 def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
-        tmp_path_factory, reads, mode, into) -> None:
+        tmp_path_factory, reads, mode, path) -> None:
     """The FUSE read path (no mount needed: the operations object is called directly) in
     every verify mode, with blocks old enough for ``stat``'s range reads: every piece
     equals the source's bytes, and a handle makes one demand access per block it moves
     to (the kernel's pieces of one block are one access). ``into``: the same through
-    ``read_into``, the zero-copy path the mount uses (reads into the reply buffer)."""
+    ``read_into`` (reads into the reply buffer); ``splice``: through ``read_buf``, the
+    mount's path on libfuse 3 (block-file descriptors that libfuse splices), where a
+    read across a block boundary is one piece per block."""
     data = payload(42, 3 * BLOCK + 100)
     ops, e = fuse_ops(tmp_path_factory.mktemp("fuse"), data, mode)
     try:
@@ -237,7 +264,9 @@ def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
         expected = 0
         cur = prev = -1  # reference model of the handle: the two blocks it holds
         for off, size in reads:
-            if into:
+            if path == "splice":
+                got = spliced(ops, off, size, fh)
+            elif path == "into":
                 buf = bytearray(b"\xee" * size)
                 n = ops.read_into("/f.bin", memoryview(buf), off, fh)
                 got = bytes(buf[:n])
@@ -248,11 +277,11 @@ def test_fuse_handle_pieces_match_the_source_and_count_one_access_per_block(
             end = min(off + size, len(data))
             if off >= len(data):
                 continue
-            if off // BLOCK == (end - 1) // BLOCK:
-                idx = off // BLOCK
-                if idx not in (cur, prev):
-                    expected += 1
-                    prev, cur = cur, idx
+            if off // BLOCK == (end - 1) // BLOCK or path == "splice":
+                for idx in range(off // BLOCK, (end - 1) // BLOCK + 1):
+                    if idx not in (cur, prev):
+                        expected += 1
+                        prev, cur = cur, idx
             else:  # spanning reads go through engine.read_meta: one access per block
                 expected += (end - 1) // BLOCK - off // BLOCK + 1
         accesses = e.metrics.value("hits") + e.metrics.value("misses") - hits0
@@ -286,13 +315,14 @@ def test_get_range_never_serves_an_unverified_or_changed_file(tmp_path) -> None:
         s.close()
 
 
+@pytest.mark.parametrize("splice", [False, True])
 @pytest.mark.parametrize("mode", VERIFY_MODES)
 def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_block(
-        tmp_path, mode) -> None:
+        tmp_path, mode, splice) -> None:
     """The kernel's readahead sends the pieces of a block concurrently on several libfuse
-    threads. With 4 threads per block racing through ``read_into`` (the first piece makes
-    the access; the others read outside the handle's lock), every piece has the source's
-    bytes and each block is still one demand access."""
+    threads. With 4 threads per block racing through ``read_into`` or ``read_buf`` (the
+    first piece makes the access; the others read outside the handle's lock), every piece
+    has the source's bytes and each block is still one demand access."""
     import threading
 
     nblocks = 12
@@ -309,7 +339,12 @@ def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_blo
 
                 def read(k: int, idx: int = idx, bufs: list[bytearray] = bufs) -> None:
                     off = idx * BLOCK + k * piece
-                    n = ops.read_into("/f.bin", memoryview(bufs[k]), off, fh)
+                    if splice:
+                        got = spliced(ops, off, piece, fh)
+                        bufs[k][:len(got)] = got
+                        n = len(got)
+                    else:
+                        n = ops.read_into("/f.bin", memoryview(bufs[k]), off, fh)
                     if n != piece or bytes(bufs[k]) != data[off:off + piece]:
                         errors.append(f"round {rnd} block {idx} piece {k}")
 
@@ -325,7 +360,8 @@ def test_concurrent_pieces_of_one_handle_read_right_and_count_one_access_per_blo
         ops.destroy("/")
 
 
-def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path) -> None:
+@pytest.mark.parametrize("splice", [False, True])
+def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path, splice) -> None:
     """Verify mode ``stat``: the mount's first piece of a verified block only accounts it,
     and later pieces read their range straight from the block file. If the file is
     corrupted in between (a stray writer: its ctime changes), the next piece must not serve
@@ -342,15 +378,19 @@ def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path) -> Non
         fetched = e.metrics.value("remote_bytes")
         fh = ops.open("/f.bin", os.O_RDONLY)
         half = BLOCK // 2
-        buf = bytearray(half)
-        assert ops.read_into("/f.bin", memoryview(buf), 0, fh) == half and bytes(buf) == data[:half]
+
+        def piece(off: int) -> bytes:
+            if splice:
+                return spliced(ops, off, half, fh)
+            buf = bytearray(half)
+            return bytes(buf[:ops.read_into("/f.bin", memoryview(buf), off, fh)])
+
+        assert piece(0) == data[:half]
         h = ops._handles[fh]
         assert h.cur[0] == 0 and h.cur[1] is None  # accounted, served as a range
         meta = e.stat(path)
         flip(e.store.block_path(BlockKey(meta.path, meta.version, 0)), HEADER_SIZE + half + 7)
-        buf = bytearray(half)
-        assert ops.read_into("/f.bin", memoryview(buf), half, fh) == half
-        assert bytes(buf) == data[half:BLOCK]
+        assert piece(half) == data[half:BLOCK]
         assert e.metrics.value("corrupt_blocks") == 1
         assert e.metrics.value("remote_bytes") == fetched + BLOCK  # refetched once
         ops.release("/f.bin", fh)

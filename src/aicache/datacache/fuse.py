@@ -23,6 +23,15 @@ one access and be verified once, not once per piece. Pieces of a block whose fil
 verified in this process are read as ranges straight from the block file (no 4 MiB load
 in the request's path); otherwise the handle keeps the whole verified block and slices it
 (see :class:`_Handle`).
+On libfuse 3 (before 3.17, whose buffer struct differs) a verified block's piece is not
+read by Python at all: ``read_buf`` hands libfuse the block file's descriptor and offset,
+and libfuse *splices* the reply from the file into ``/dev/fuse`` (page references through a
+pipe, as go-fuse and mergerfs do) — one copy per request less than reading it into the
+reply buffer, and no Python-side read. libfuse splices only replies that fit one pipe,
+which cannot grow beyond ``fs.pipe-max-size`` (1 MiB by default) without privileges a
+container's root often lacks, so requests are capped a few pages below it
+(:func:`splice_request_bytes`); a reply that does not fit is copied, still correct.
+
 Metadata (``ls``/``info``) is cached for ``metadata_ttl`` seconds; the remote is treated as
 read-only while mounted.
 """
@@ -30,7 +39,10 @@ read-only while mounted.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import errno
+import fcntl
+import functools
 import logging
 import os
 import re
@@ -70,6 +82,7 @@ try:
     FUSE, FuseOSError, Operations = _binding.FUSE, _binding.FuseOSError, _binding.Operations
     #: libfuse major version in use (3: 1 MiB requests; 2: 128 KiB)
     LIBFUSE_MAJOR = int(getattr(_binding, "fuse_version_major", 2))
+    LIBFUSE_MINOR = int(getattr(_binding, "fuse_version_minor", 0))
 except (ImportError, OSError, AttributeError) as _exc:  # binding missing, or no libfuse
     FUSE = None
     _FUSE_ERROR: Exception | None = _exc
@@ -80,7 +93,7 @@ except (ImportError, OSError, AttributeError) as _exc:  # binding missing, or no
     class FuseOSError(OSError):  # type: ignore[no-redef]
         def __init__(self, code: int) -> None:
             super().__init__(code, os.strerror(code))
-    LIBFUSE_MAJOR = 0
+    LIBFUSE_MAJOR = LIBFUSE_MINOR = 0
 else:
     _FUSE_ERROR = None
 
@@ -138,6 +151,152 @@ def raise_readahead(mountpoint: str, kb: int, sysfs: str = "/sys/class/bdi") -> 
     except (OSError, ValueError) as exc:
         log.info("could not raise readahead of %s to %d KiB: %s", mountpoint, kb, exc)
         return None
+
+
+MiB = 1024 * 1024
+#: fuse_common.h's capability bit: reply data may be spliced into /dev/fuse. (Not
+#: FUSE_CAP_SPLICE_MOVE: moving would take whole pages out of the block files' page cache,
+#: so the next hit on that block would go to disk.)
+FUSE_CAP_SPLICE_WRITE = 1 << 7
+_FUSE_BUF_IS_FD = 1 << 1
+_FUSE_BUF_FD_SEEK = 1 << 2
+#: pages a spliced reply needs beyond its data: libfuse sizes the pipe as one page per
+#: header iovec and per buffer, plus one, plus the bytes; one more for a block file's data
+#: starting mid-page (its 24-byte header), for up to two buffers (a request across a block
+#: boundary)
+_SPLICE_SLACK_PAGES = 5
+
+
+def splice_supported() -> bool:
+    """Whether replies can be spliced: libfuse 3 with the ``fuse_buf`` layout known here
+    (3.17 added a field)."""
+    return FUSE is not None and LIBFUSE_MAJOR == 3 and LIBFUSE_MINOR < 17
+
+
+def splice_request_bytes(want: int = MiB, pipe_max: str = "/proc/sys/fs/pipe-max-size") -> int:
+    """The largest read request (whole pages, at most ``want``) whose reply libfuse can
+    splice: header, data and slack must fit one pipe, and this process can grow a pipe to
+    ``want`` plus slack only with CAP_SYS_RESOURCE or a raised ``fs.pipe-max-size``.
+    0 when no useful size fits (then replies are copied)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    slack = _SPLICE_SLACK_PAGES * page
+    r, w = os.pipe()
+    try:
+        if fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, want + slack) >= want + slack:
+            return want
+    except (OSError, OverflowError):
+        pass
+    finally:
+        os.close(r)
+        os.close(w)
+    try:
+        with open(pipe_max) as f:
+            cap = int(f.read().strip())
+    except (OSError, ValueError):
+        return 0
+    n = (cap - slack) // page * page
+    return min(want, n) if n >= 32 * page else 0
+
+
+class _FuseBuf(ctypes.Structure):
+    """libfuse 3 (< 3.17) ``struct fuse_buf``."""
+
+    _fields_ = [("size", ctypes.c_size_t), ("flags", ctypes.c_int), ("mem", ctypes.c_void_p),
+                ("fd", ctypes.c_int), ("pos", ctypes.c_int64)]
+
+
+@functools.lru_cache(maxsize=8)
+def _bufvec_type(n: int) -> type[ctypes.Structure]:
+    """``struct fuse_bufvec`` with room for ``n`` buffers (C's trailing ``buf[1]`` array)."""
+    return type(f"_FuseBufVec{n}", (ctypes.Structure,), {"_fields_": [
+        ("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t),
+        ("buf", _FuseBuf * n)]})
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.malloc.restype = ctypes.c_void_p
+_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.free.restype = None
+_libc.free.argtypes = [ctypes.c_void_p]
+
+def build_bufvec(segments: list[tuple[int, int, int] | bytes]) -> int:
+    """A ``malloc``-ed ``fuse_bufvec`` holding ``segments`` in order, as libfuse's
+    ``read_buf`` wants it (libfuse frees it, and the memory of byte buffers, with
+    ``free``; it never closes descriptors). Returns its address."""
+    n = max(1, len(segments))
+    T = _bufvec_type(n)
+    p = _libc.malloc(ctypes.sizeof(T))
+    if not p:
+        raise MemoryError("fuse_bufvec")
+    bv = T.from_address(p)
+    bv.count, bv.idx, bv.off = n, 0, 0
+    bv.buf[0].size, bv.buf[0].flags, bv.buf[0].mem = 0, 0, None
+    mems: list[int] = []
+    try:
+        for b, seg in zip(bv.buf, segments):
+            if isinstance(seg, tuple):
+                b.fd, b.pos, b.size = seg
+                b.flags, b.mem = _FUSE_BUF_IS_FD | _FUSE_BUF_FD_SEEK, None
+            else:
+                m = _libc.malloc(max(1, len(seg)))
+                if not m:
+                    raise MemoryError("fuse_buf")
+                mems.append(m)
+                ctypes.memmove(m, seg, len(seg))
+                b.size, b.flags, b.mem, b.fd, b.pos = len(seg), 0, m, -1, 0
+    except BaseException:
+        for m in mems:
+            _libc.free(m)
+        _libc.free(p)
+        raise
+    return p
+
+
+class _FdLedger:
+    """Block-file descriptors handed to libfuse for spliced replies, closed once sent.
+
+    libfuse sends a reply on the thread whose ``read_buf`` made it, right after that call
+    returns, and a worker thread serves one request at a time: so when a thread calls in
+    again, its previous reply is out and the descriptors it handed over can be closed.
+    Threads that libfuse retires (it stops surplus idle workers) never call again; their
+    descriptors are closed by a sweep over ``/proc/self/task`` once more than
+    ``sweep_at`` threads hold some."""
+
+    __slots__ = ("_held", "sweep_at")
+
+    def __init__(self, sweep_at: int = 32) -> None:
+        self._held: dict[int, list[int]] = {}
+        self.sweep_at = sweep_at
+
+    def settle(self) -> int:
+        """Close what this thread handed over before; returns its id for :meth:`hold`."""
+        tid = threading.get_native_id()
+        for fd in self._held.pop(tid, ()):
+            os.close(fd)
+        return tid
+
+    def hold(self, tid: int, fds: list[int]) -> None:
+        if fds:
+            self._held[tid] = fds
+            if len(self._held) > self.sweep_at:
+                self._sweep()
+
+    def _sweep(self) -> None:
+        try:
+            alive = {int(t) for t in os.listdir("/proc/self/task")}
+        except OSError:
+            return
+        for tid in [t for t in list(self._held) if t not in alive]:
+            for fd in self._held.pop(tid, ()):
+                os.close(fd)
+
+    def open_count(self) -> int:
+        return sum(len(v) for v in list(self._held.values()))
+
+    def close_all(self) -> None:
+        while self._held:
+            for fd in self._held.popitem()[1]:
+                os.close(fd)
 
 
 class _Handle:
@@ -209,6 +368,41 @@ class _Handle:
         with self.lock:  # the file changed since it was verified: read (and check) it whole
             return self._load_into(engine, idx, s, buf)
 
+    def piece(self, engine: CacheEngine, idx: int, s: int, e: int) -> tuple[int, int, int] | bytes:
+        """:meth:`read_into`'s decisions for a spliced reply: a verified block's range as an
+        open ``(fd, offset, length)`` of its file (the caller closes ``fd``), else bytes."""
+        got = self._known_fd(engine, idx, s, e)
+        if got is not None:
+            return got
+        with self.lock:
+            got = self._known_fd(engine, idx, s, e)
+            if got is not None:
+                return got
+            key = engine.claim_range_hit(self.meta, idx)
+            if key is None:  # a miss, or a block not verified here yet: read it whole
+                return self._load(engine, idx, s, e)
+            self._moved_to(idx, None)
+        got = engine.store.range_fd(key, s, e)
+        if got is not None:
+            return got
+        with self.lock:  # the file changed since it was verified: read (and check) it whole
+            return self._load(engine, idx, s, e)
+
+    def _known_fd(self, engine: CacheEngine, idx: int, s: int, e: int
+                  ) -> tuple[int, int, int] | bytes | None:
+        for i, blk, key in (self.cur, self.prev):
+            if i == idx:
+                if blk is not None:
+                    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+                return engine.store.range_fd(key, s, e)  # type: ignore[arg-type]
+        return None
+
+    def _load(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
+        """Under the lock: one demand access of block ``idx`` that reads it whole."""
+        got, blk = engine.read_block_range(self.meta, idx, s, e)
+        self._moved_to(idx, blk)
+        return got
+
     def _load_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
         """Under the lock: one demand access of block ``idx`` that reads (fetches or
         verifies) it whole, its piece written into ``buf``; the handle moves to it."""
@@ -232,9 +426,7 @@ class _Handle:
             got = self._known(engine, idx, s, e)
             if got is not None:
                 return got
-            got, blk = engine.read_block_range(self.meta, idx, s, e)
-            self._moved_to(idx, blk)
-            return got
+            return self._load(engine, idx, s, e)
 
 
 class CacheFuse(Operations):  # type: ignore[misc]
@@ -244,8 +436,14 @@ class CacheFuse(Operations):  # type: ignore[misc]
 
     def __init__(self, engine_factory: Callable[[], CacheEngine], target: Any, root: str,
                  metadata_ttl: float = 60.0, on_init: Callable[[CacheEngine], None] | None = None,
-                 mountpoint: str | None = None, readahead_kb: int = 0) -> None:
+                 mountpoint: str | None = None, readahead_kb: int = 0,
+                 splice_bytes: int = 0) -> None:
         self._factory = engine_factory
+        #: the read request cap when replies are spliced (``read_buf``); 0: no splicing
+        self.splice_bytes = splice_bytes if splice_supported() else 0
+        self._fds = _FdLedger()
+        if not self.splice_bytes:
+            self.read_buf = None  # the binding registers only callbacks that exist
         self._mountpoint = mountpoint
         self._readahead_kb = readahead_kb
         #: the kernel readahead window set after mounting (None: not set / not possible)
@@ -260,6 +458,14 @@ class CacheFuse(Operations):  # type: ignore[misc]
         self._next_fh = 1
         self._lock = threading.Lock()
         self._t0 = time.time()
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """libfuse 3's init: ask for spliced replies (when the kernel offers them) with
+        requests capped at :attr:`splice_bytes`, then :meth:`init`."""
+        if conn is not None and self.splice_bytes:
+            conn.want |= conn.capable & FUSE_CAP_SPLICE_WRITE
+            conn.max_read = self.splice_bytes  # must equal the max_read mount option
+        self.init("/")
 
     # the engine is built in init(), i.e. after libfuse has daemonized (threads don't fork)
     def init(self, path: str) -> None:
@@ -285,6 +491,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
                 return
 
     def destroy(self, path: str) -> None:
+        self._fds.close_all()
         if self.engine is not None:
             self.engine.close()
 
@@ -411,6 +618,50 @@ class CacheFuse(Operations):  # type: ignore[misc]
         buf[:len(data)] = data
         return len(data)
 
+    def read_segments(self, path: str, size: int, offset: int, fh: int
+                      ) -> list[tuple[int, int, int] | bytes]:
+        """The reply to a read of ``size`` bytes at ``offset``, block by block: a verified
+        block's range as an open ``(fd, offset, length)`` of its file (the caller closes
+        each fd), anything else as bytes. Each block counts as one access per handle, as
+        with :meth:`read_into`."""
+        h, engine, offset, end = self._piece(fh, offset, size)
+        B = engine.block_size
+        out: list[tuple[int, int, int] | bytes] = []
+        try:
+            pos = offset
+            while pos < end:
+                idx = pos // B
+                stop = min(end, (idx + 1) * B)
+                s = pos - idx * B
+                out.append(h.piece(engine, idx, s, s + (stop - pos)))
+                pos = stop
+        except BaseException as exc:
+            for seg in out:
+                if isinstance(seg, tuple):
+                    os.close(seg[0])
+            if isinstance(exc, RemoteReadError):
+                log.error("read %s: %s", path, exc)
+                raise FuseOSError(errno.EIO) from exc
+            raise
+        return out
+
+    def read_buf(self, path: str, bufpp: Any, size: int, offset: int, fh: int) -> int:
+        """libfuse's ``read_buf``: the reply as a ``fuse_bufvec`` of :meth:`read_segments`,
+        which libfuse splices from the block files into ``/dev/fuse`` (see the module
+        docstring); the descriptors are closed when this thread calls in next."""
+        tid = self._fds.settle()
+        segs = self.read_segments(path, size, offset, fh)
+        fds = [seg[0] for seg in segs if isinstance(seg, tuple)]
+        try:
+            p = build_bufvec(segs)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self._fds.hold(tid, fds)
+        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = p
+        return 0
+
     def release(self, path: str, fh: int) -> int:
         with self._lock:
             self._handles.pop(fh, None)
@@ -482,10 +733,19 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     if readahead_kb is None:
         bs = params.block_size if params is not None else EngineParams().block_size
         readahead_kb = min(16384, max(128, bs // 1024))
+    splice_bytes = splice_request_bytes() if splice_supported() else 0
     ops = CacheFuse(factory, target, root, params.metadata_ttl_s if params else 60.0, on_init,
-                    mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb)
+                    mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb,
+                    splice_bytes=splice_bytes)
     try:
         opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
+        if ops.splice_bytes:
+            opts["max_read"] = ops.splice_bytes
+            log.info("replies spliced from block files; read requests up to %d KiB",
+                     ops.splice_bytes // 1024)
+        else:
+            log.info("replies copied (splicing needs libfuse 3 before 3.17 and a pipe of "
+                     "%d KiB or more)", 32 * os.sysconf("SC_PAGE_SIZE") // 1024)
         if LIBFUSE_MAJOR >= 3:
             opts["max_idle_threads"] = 8  # libfuse 3.14 warns about its own unset default
         try:

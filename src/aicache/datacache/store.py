@@ -342,8 +342,12 @@ class BlockStore:
         that the file is the verified version."""
         return self.verify_mode != "full" and key in self._verified
 
-    def _range(self, key: BlockKey, start: int, end: int, buf: memoryview | None
-               ) -> bytes | int | None:
+    def range_fd(self, key: BlockKey, start: int, end: int) -> tuple[int, int, int] | None:
+        """An open descriptor of ``key``'s block file, checked as :meth:`get_range` checks
+        it, and where ``[start, end)`` (clipped) lies in it: ``(fd, file offset, length)``.
+        The caller owns ``fd`` and closes it once done — for a FUSE reply that libfuse
+        splices from the file, that is after the reply went out, not before it returns.
+        None when :meth:`get_range` would return None."""
         seen = self._verified.get(key)
         if seen is None or self.verify_mode == "full":
             return None
@@ -354,16 +358,27 @@ class BlockStore:
         try:
             st = os.fstat(fd)
             sig, n = seen
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != sig:
-                return None
             end = min(end, n)
-            if not 0 <= start <= end:
-                return None
-            want = end - start
+            if ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == sig
+                    and 0 <= start <= end):
+                return fd, HEADER_SIZE + start, end - start
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        return None
+
+    def _range(self, key: BlockKey, start: int, end: int, buf: memoryview | None
+               ) -> bytes | int | None:
+        got = self.range_fd(key, start, end)
+        if got is None:
+            return None
+        fd, pos, want = got
+        try:
             if buf is not None:
-                got = os.preadv(fd, [buf[:want]], HEADER_SIZE + start)
-                return got if got == want else None
-            data = os.pread(fd, want, HEADER_SIZE + start)
+                n = os.preadv(fd, [buf[:want]], pos)
+                return n if n == want else None
+            data = os.pread(fd, want, pos)
         finally:
             os.close(fd)
         return data if len(data) == want else None

@@ -1,0 +1,163 @@
+"""The mount's spliced replies: the request cap that lets libfuse splice, the descriptors
+handed to libfuse (closed only once the reply is out), and a real mount that serves exact
+bytes through them. The bytes and the accounting of ``read_buf`` against the source are
+checked in ``test_datacache_verify_modes.py`` (every verify mode, hypothesis reads)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from aicache.datacache.fuse import (_SPLICE_SLACK_PAGES, _FdLedger, splice_request_bytes,
+                                    splice_supported)
+from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
+from tests.s3fixtures import start_mount, stop_mount
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1  # past it, verified blocks are remembered (ranges)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def test_the_request_cap_fits_a_pipe_this_process_can_grow() -> None:
+    """Whatever the privileges here, the cap is whole pages, at most 1 MiB, and a pipe
+    really grows to hold a reply of that size plus libfuse's slack — else libfuse would
+    copy every reply instead of splicing it."""
+    n = splice_request_bytes()
+    assert n > 0 and n % PAGE == 0 and n <= 1 << 20
+    r, w = os.pipe()
+    try:
+        assert fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, n + _SPLICE_SLACK_PAGES * PAGE) >= n
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_the_cap_follows_pipe_max_size_when_the_pipe_cannot_grow(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """Unprivileged (growing a pipe past fs.pipe-max-size fails with EPERM), the cap is that
+    limit minus the slack, in whole pages; an unreadable or tiny limit means no splicing."""
+    import errno
+
+    import aicache.datacache.fuse as fusemod
+
+    def eperm(fd: int, cmd: int, arg: int = 0) -> int:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(fusemod.fcntl, "fcntl", eperm)
+    limit = tmp_path / "pipe-max-size"
+    limit.write_text("1048576\n")
+    assert splice_request_bytes(1 << 20, str(limit)) == (1 << 20) - _SPLICE_SLACK_PAGES * PAGE
+    limit.write_text(f"{4 * 1024 * 1024 + 123}\n")
+    assert splice_request_bytes(1 << 20, str(limit)) == 1 << 20  # ample: the full request
+    limit.write_text("65536\n")
+    assert splice_request_bytes(1 << 20, str(limit)) == 0
+    assert splice_request_bytes(1 << 20, str(tmp_path / "missing")) == 0
+
+
+def test_handed_over_descriptors_close_on_the_threads_next_call_not_before(tmp_path: Path) -> None:
+    """A descriptor libfuse splices from must stay open until the reply is out, i.e. until
+    the thread that handed it over calls in again; another thread's calls never close it."""
+    f = tmp_path / "blk"
+    f.write_bytes(b"x" * 100)
+    led = _FdLedger()
+    tid = led.settle()
+    a, b = os.open(f, os.O_RDONLY), os.open(f, os.O_RDONLY)
+    led.hold(tid, [a, b])
+    assert _is_open(a) and _is_open(b) and led.open_count() == 2
+
+    other: list[int] = []
+
+    def elsewhere() -> None:
+        t = led.settle()  # another libfuse thread: nothing of ours is closed
+        c = os.open(f, os.O_RDONLY)
+        led.hold(t, [c])
+        other.append(c)
+
+    th = threading.Thread(target=elsewhere)
+    th.start()
+    th.join()
+    assert _is_open(a) and _is_open(b) and led.open_count() == 3
+    assert led.settle() == tid  # this thread's next call: its reply went out
+    assert not _is_open(a) and not _is_open(b)
+    assert _is_open(other[0])  # the other thread (now gone) still holds its descriptor
+    led.close_all()
+    assert not _is_open(other[0]) and led.open_count() == 0
+
+
+def test_descriptors_of_threads_libfuse_retired_are_swept(tmp_path: Path) -> None:
+    """libfuse stops surplus idle workers; what they held is closed once the ledger holds
+    more threads than ``sweep_at`` — but never what a live thread holds."""
+    f = tmp_path / "blk"
+    f.write_bytes(b"x")
+    led = _FdLedger(sweep_at=2)
+    gone: list[int] = []
+
+    def worker() -> None:  # a libfuse thread that replied once, then was retired
+        fd = os.open(f, os.O_RDONLY)
+        led.hold(led.settle(), [fd])
+        gone.append(fd)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    never = max(int(x) for x in os.listdir("/proc/self/task")) + 1_000_000  # no such thread
+    fd2 = os.open(f, os.O_RDONLY)
+    led.hold(never, [fd2])
+    gone.append(fd2)
+    assert all(_is_open(fd) for fd in gone)  # two holders: no sweep yet
+    mine = os.open(f, os.O_RDONLY)
+    led.hold(led.settle(), [mine])  # a third holder: the dead threads' descriptors go
+    assert not any(_is_open(fd) for fd in gone)
+    assert _is_open(mine) and led.open_count() == 1
+    led.close_all()
+    assert not _is_open(mine)
+
+
+@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
+def test_real_mount_splices_exact_bytes_across_unaligned_requests(tmp_path: Path) -> None:
+    """As root with fuse3 (the README's setup): a mount whose requests are capped below
+    1 MiB, so they straddle its 1 MiB blocks, serves a file byte-identical to the source,
+    cold (fetched) and warm (spliced from verified block files), with many reads open at
+    once (each holding descriptors)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(7 * 1024 * 1024 + 4321)
+    (src / "big.bin").write_bytes(data)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
+                       "--block-size", "1MiB", "--policy", "lru")
+    want = hashlib.sha256(data).hexdigest()
+    try:
+        for rnd in range(3):  # cold, then twice warm (past the store's racy window: ranges)
+            if rnd == 1:
+                time.sleep(RACY_WAIT_S)
+            h = hashlib.sha256()
+            with open(mnt / "big.bin", "rb", buffering=0) as fh:
+                while chunk := fh.read(3 << 20):
+                    h.update(chunk)
+            assert h.hexdigest() == want
+        fds = [os.open(mnt / "big.bin", os.O_RDONLY) for _ in range(8)]
+        try:
+            for i, fd in enumerate(fds):
+                off = (i * 917_503) % len(data)
+                assert os.pread(fd, 2 << 20, off) == data[off:off + (2 << 20)]
+        finally:
+            for fd in fds:
+                os.close(fd)
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0 and not os.path.ismount(mnt)
