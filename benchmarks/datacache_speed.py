@@ -28,6 +28,8 @@ Ratios and goals (PASS/FAIL is printed for each):
   the kernel's pages, so each pass goes through the engine). Goal ≥ 0.3.
   ``fuse_kernel_cache_vs_local``: the same with ``--kernel-cache`` (re-reads served by the
   kernel's page cache, unseen by the policy). Goal ≥ 0.6.
+  ``fuse_direct_io_vs_local`` (no goal): the same with ``--direct-io`` (no page cache on the
+  FUSE side: the kernel copies each spliced reply straight into the reader's buffer).
 * ``small_lru_vs_local`` (no goal) — the small reads with the ``lru`` policy: the same
   store and engine with the cheapest per-hit decision, i.e. how much of the gap is chiron's.
 * ``policy_us`` (no goal) — median µs of a hit read (``engine.read_block``) under lru and
@@ -233,7 +235,7 @@ def run(args: argparse.Namespace, work: str, AICacheFileSystem: Any) -> dict[str
 
     # -- FUSE -----------------------------------------------------------------------------
     if args.no_fuse:
-        for name in ("fuse_vs_local", "fuse_kernel_cache_vs_local"):
+        for name in ("fuse_vs_local", "fuse_kernel_cache_vs_local", "fuse_direct_io_vs_local"):
             res["ratios"][name] = {"best": None, "median": None, "why": "--no-fuse"}
     else:
         fuse_bench(res, work, src, big, big_bytes, args.repeat)
@@ -317,23 +319,23 @@ def fuse_bench(res: dict[str, Any], work: str, src: str, big: str, big_bytes: in
     from aicache.datacache.fuse import fuse_available
 
     why = fuse_available()
-    for kernel_cache in (False, True):
-        name = "fuse_kernel_cache_vs_local" if kernel_cache else "fuse_vs_local"
+    for flag in ("", "--kernel-cache", "--direct-io"):
+        sfx = flag.replace("--", "_").replace("-", "_")
+        name = f"fuse{sfx}_vs_local"
         if why:
             res["ratios"][name] = {"best": None, "median": None, "why": why}
             continue
-        _fuse_once(res, name, work, src, big, big_bytes, repeat, kernel_cache)
+        _fuse_once(res, name, work, src, big, big_bytes, repeat, flag, sfx)
 
 
 def _fuse_once(res: dict[str, Any], name: str, work: str, src: str, big: str, big_bytes: int,
-               repeat: int, kernel_cache: bool) -> None:
-    sfx = "_kernel_cache" if kernel_cache else ""
+               repeat: int, flag: str, sfx: str) -> None:
     mnt = os.path.join(work, "mnt" + sfx)
     os.makedirs(mnt)
     proc = subprocess.Popen([sys.executable, "-m", "aicache.cli.main", "mount", src, mnt,
                              "--cache-dir", os.path.join(work, "fcache"), "--cache-size",
                              str(2 * big_bytes), "--policy", "chiron", "--foreground",
-                             *(["--kernel-cache"] if kernel_cache else [])],
+                             *([flag] if flag else [])],
                             stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -106,6 +106,7 @@ def test_metrics_endpoint_over_http(warm_cache) -> None:
     (["nosuchproto://x/y", "{tmp}", "--cache-size", "1GiB"], "REMOTE_URL"),
     (["{tmp}/missing", "{tmp}", "--cache-size", "1GiB"], "REMOTE_URL"),
     (["{tmp}", "{tmp}", "--cache-size", "1GiB", "-o", "novalue"], "--option"),
+    (["{tmp}", "{tmp}", "--cache-size", "1GiB", "--direct-io", "--kernel-cache"], "--direct-io"),
 ])
 def test_mount_bad_input_exits_2_with_one_line(tmp_path, argv, needle) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -25,6 +25,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true", help="stay in the foreground")
     p.add_argument("--kernel-cache", action="store_true",
                    help="keep file pages in the kernel across opens (faster re-reads, unseen by the policy)")
+    p.add_argument("--direct-io", action="store_true",
+                   help="bypass the kernel page cache on every open (fastest for large sequential "
+                        "reads; no mmap, no kernel readahead for small reads). Without it, a "
+                        "reader that opens with O_DIRECT gets the same path for its own file")
     p.add_argument("--readahead-kb", type=int, default=None, metavar="KB",
                    help="kernel readahead window set after mounting (root only; default: the block "
                         "size; 0 = the kernel's 128 KiB); it bounds the size of the kernel's read requests")
@@ -120,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)
+    if args.direct_io and args.kernel_cache:
+        raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
+                       "page cache, the other keeps pages in it); pick one")
     if args.readahead_kb is not None and args.readahead_kb < 0:
         raise BadInput(f"--readahead-kb {args.readahead_kb} is negative; give 0 (kernel default) or a size in KiB")
     why = fuse_available()
@@ -131,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         mount(fs, root, mp, cache_dir=os.path.abspath(args.cache_dir), cache_size=size,
               policy=args.policy, advisor=args.advisor, params=params,
               foreground=args.foreground, metrics_port=args.metrics_port, record=recorder,
-              kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb)
+              kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
+              direct_io=args.direct_io)
     finally:
         if recorder is not None:
             recorder.close()

@@ -706,13 +706,20 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
           policy: Any = "chiron", advisor: Any = None, params: EngineParams | None = None,
           foreground: bool = True, metrics_port: int | None = None,
           record: Callable[[float, str, int, int], None] | None = None,
-          kernel_cache: bool = False, readahead_kb: int | None = None) -> None:
+          kernel_cache: bool = False, readahead_kb: int | None = None,
+          direct_io: bool = False) -> None:
     """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
     SIGTERM or ``fusermount -u``: libfuse's handlers end the loop and unmount cleanly).
 
     ``kernel_cache``: let the kernel keep file pages across opens. Re-reads then run at
     page-cache speed, but they no longer reach the engine, so the policy does not see
     them (and ``record`` does not trace them); off by default.
+
+    ``direct_io``: every open bypasses the kernel's page cache — a read goes to the daemon
+    as requests whose replies the kernel copies straight into the reader's buffer, one copy
+    instead of two (the page cache's), so large sequential reads run ~1.5x faster; but
+    ``mmap`` of a file fails (ENODEV) and small reads get no kernel readahead (each is a
+    request). A reader that opens with ``O_DIRECT`` gets this path without the option.
 
     ``readahead_kb``: the kernel readahead window to set after mounting (None: the block
     size, up to 16 MiB; 0: leave the kernel's default). It bounds the size of the read
@@ -738,7 +745,11 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
                     mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb,
                     splice_bytes=splice_bytes)
     try:
+        if kernel_cache and direct_io:
+            raise ValueError("kernel_cache and direct_io exclude each other")
         opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
+        if direct_io:
+            opts["direct_io"] = True
         if ops.splice_bytes:
             opts["max_read"] = ops.splice_bytes
             log.info("replies spliced from block files; read requests up to %d KiB",
