@@ -219,6 +219,7 @@ _libc.malloc.argtypes = [ctypes.c_size_t]
 _libc.free.restype = None
 _libc.free.argtypes = [ctypes.c_void_p]
 
+
 def build_bufvec(segments: list[tuple[int, int, int] | bytes]) -> int:
     """A ``malloc``-ed ``fuse_bufvec`` holding ``segments`` in order, as libfuse's
     ``read_buf`` wants it (libfuse frees it, and the memory of byte buffers, with
@@ -443,7 +444,8 @@ class CacheFuse(Operations):  # type: ignore[misc]
         self.splice_bytes = splice_bytes if splice_supported() else 0
         self._fds = _FdLedger()
         if not self.splice_bytes:
-            self.read_buf = None  # the binding registers only callbacks that exist
+            # the binding registers only the callbacks that exist
+            self.read_buf = None  # type: ignore[method-assign]
         self._mountpoint = mountpoint
         self._readahead_kb = readahead_kb
         #: the kernel readahead window set after mounting (None: not set / not possible)
