@@ -280,3 +280,51 @@ def test_concurrent_processes_read_exact_bytes_and_the_daemon_holds_few_descript
     finally:
         rc = stop_mount(proc, str(mnt))
     assert rc == 0 and not os.path.ismount(mnt)
+
+
+_COUNTING_MOUNT = """
+import sys, threading, fsspec
+import aicache.datacache.fuse as F
+if sys.argv[3] == "fresh":  # what ctypes does without keep_thread_state
+    F.keep_thread_state = lambda: None
+tls = threading.local()
+plain = F.CacheFuse.statfs
+def statfs(self, path):
+    tls.calls = getattr(tls, "calls", 0) + 1  # survives only if the thread state does
+    return {**plain(self, path), "f_files": tls.calls}
+F.CacheFuse.statfs = statfs
+F.mount(fsspec.filesystem("file"), sys.argv[1], sys.argv[2], cache_dir=sys.argv[2] + "-cache",
+        cache_size=1 << 24)
+"""
+
+
+@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
+@pytest.mark.parametrize("mode", ["kept", "fresh"])
+def test_callbacks_on_a_worker_thread_share_one_python_thread_state(tmp_path: Path, mode) -> None:
+    """libfuse calls us on its own worker threads. The mount keeps each worker's Python
+    thread state across callbacks, so a thread-local value set by one callback is there in
+    the next one on that thread: over 60 calls on a pool of at most FUSE_THREADS threads,
+    some thread's count reaches 60 / FUSE_THREADS. Without keeping it (``fresh``, what
+    ctypes does by itself) every callback starts from an empty thread state."""
+    import subprocess
+    import sys
+
+    from aicache.datacache.fuse import FUSE_THREADS
+    from tests.s3fixtures import wait_mounted
+
+    src = tmp_path / "src"
+    src.mkdir()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _COUNTING_MOUNT, str(src), str(mnt), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_mounted(str(mnt), proc)
+    try:
+        counts = [os.statvfs(mnt).f_files for _ in range(60)]
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0
+    if mode == "kept":
+        assert max(counts) >= 60 // FUSE_THREADS
+    else:
+        assert set(counts) == {1}
