@@ -7,6 +7,7 @@ module leaves ``tests/conftest.py`` to its owner.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +96,26 @@ def stop_mount(proc: subprocess.Popen[bytes], mountpoint: str) -> int:
         subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
         subprocess.run(["umount", "-l", mountpoint], check=False)
     return rc
+
+
+@contextlib.contextmanager
+def mounted_file(tmp_path: Path, name: str, data: bytes, *extra: str, tag: str = ""
+                 ) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A local directory holding ``name`` = ``data``, mounted through ``aicache mount``
+    (64 MiB cache, ``extra`` flags); yields ``(mount point, process)`` and then checks
+    that SIGTERM unmounts cleanly (exit 0, nothing left mounted)."""
+    src = tmp_path / f"src{tag}"
+    src.mkdir(exist_ok=True)
+    (src / name).write_bytes(data)
+    mnt = tmp_path / f"mnt{tag}"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / f"cache{tag}"), "--cache-size", "64MiB",
+                       *extra)
+    try:
+        yield mnt, proc
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0 and not os.path.ismount(mnt)
 
 
 def s3_mount_options(server: S3Server) -> list[str]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from aicache.datacache.fuse import LIBFUSE_MAJOR, mount_device, raise_readahead
-from tests.s3fixtures import start_mount, stop_mount
+from tests.s3fixtures import mounted_file
 
 
 def _mountinfo(tmp_path: Path, lines: list[str]) -> str:
@@ -56,15 +56,9 @@ def test_real_mount_gets_the_readahead_window_and_serves_exact_bytes(tmp_path: P
     a large file read with 4 MiB reads through it is byte-identical to the source."""
     assert os.geteuid() == 0, "the FUSE tests run as root (see README)"
     assert LIBFUSE_MAJOR == 3, "setup installs fuse3; mfusepy should bind libfuse 3"
-    src = tmp_path / "src"
-    src.mkdir()
     data = os.urandom(9 * 1024 * 1024 + 12345)
-    (src / "big.bin").write_bytes(data)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
-                       "--block-size", "2MiB", "--policy", "lru")
-    try:
+    with mounted_file(tmp_path, "big.bin", data, "--block-size", "2MiB", "--policy", "lru"
+                      ) as (mnt, _):
         dev = mount_device(os.path.realpath(mnt))
         assert dev is not None
         knob = Path("/sys/class/bdi") / dev / "read_ahead_kb"
@@ -77,6 +71,3 @@ def test_real_mount_gets_the_readahead_window_and_serves_exact_bytes(tmp_path: P
             while chunk := f.read(4 << 20):
                 h.update(chunk)
         assert h.hexdigest() == hashlib.sha256(data).hexdigest()
-    finally:
-        rc = stop_mount(proc, str(mnt))
-    assert rc == 0 and not os.path.ismount(mnt)

@@ -17,7 +17,7 @@ import pytest
 from aicache.datacache.fuse import (_SPLICE_SLACK_PAGES, _FdLedger, splice_request_bytes,
                                     splice_supported)
 from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
-from tests.s3fixtures import start_mount, stop_mount
+from tests.s3fixtures import mounted_file, stop_mount
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1  # past it, verified blocks are remembered (ranges)
@@ -126,22 +126,16 @@ def test_descriptors_of_threads_libfuse_retired_are_swept(tmp_path: Path) -> Non
     assert not _is_open(mine)
 
 
-@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
 def test_real_mount_splices_exact_bytes_across_unaligned_requests(tmp_path: Path) -> None:
     """As root with fuse3 (the README's setup): a mount whose requests are capped below
     1 MiB, so they straddle its 1 MiB blocks, serves a file byte-identical to the source,
     cold (fetched) and warm (spliced from verified block files), with many reads open at
     once (each holding descriptors)."""
-    src = tmp_path / "src"
-    src.mkdir()
+    assert splice_supported(), "setup installs Debian's libfuse 3.14: replies can be spliced"
     data = os.urandom(7 * 1024 * 1024 + 4321)
-    (src / "big.bin").write_bytes(data)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
-                       "--block-size", "1MiB", "--policy", "lru")
     want = hashlib.sha256(data).hexdigest()
-    try:
+    with mounted_file(tmp_path, "big.bin", data, "--block-size", "1MiB", "--policy", "lru"
+                      ) as (mnt, _):
         for rnd in range(3):  # cold, then twice warm (past the store's racy window: ranges)
             if rnd == 1:
                 time.sleep(RACY_WAIT_S)
@@ -158,9 +152,6 @@ def test_real_mount_splices_exact_bytes_across_unaligned_requests(tmp_path: Path
         finally:
             for fd in fds:
                 os.close(fd)
-    finally:
-        rc = stop_mount(proc, str(mnt))
-    assert rc == 0 and not os.path.ismount(mnt)
 
 
 def _aligned_read(fd: int, size: int, off: int) -> bytes:
@@ -175,7 +166,6 @@ def _aligned_read(fd: int, size: int, off: int) -> bytes:
         buf.close()
 
 
-@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
 def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path) -> None:
     """``--direct-io`` (every open bypasses the kernel's page cache) serves exact bytes to
     large and small reads, and refuses ``mmap`` — the documented price; on the default
@@ -183,17 +173,11 @@ def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path) ->
     a normally opened file works there."""
     import mmap
 
-    src = tmp_path / "src"
-    src.mkdir()
     data = os.urandom(5 * 1024 * 1024 + 777)
-    (src / "big.bin").write_bytes(data)
     for direct in (True, False):
-        mnt = tmp_path / f"mnt{int(direct)}"
-        mnt.mkdir()
-        proc = start_mount(str(src), str(mnt), str(tmp_path / f"cache{int(direct)}"),
-                           "--cache-size", "64MiB", "--block-size", "1MiB", "--policy", "lru",
-                           *(["--direct-io"] if direct else []))
-        try:
+        with mounted_file(tmp_path, "big.bin", data, "--block-size", "1MiB", "--policy", "lru",
+                          *(["--direct-io"] if direct else []), tag=str(int(direct))
+                          ) as (mnt, _):
             for rnd in range(2):  # cold, then warm past the racy window (spliced ranges)
                 if rnd:
                     time.sleep(RACY_WAIT_S)
@@ -219,9 +203,6 @@ def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path) ->
                 else:
                     with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
                         assert m[3_000_000:3_000_100] == data[3_000_000:3_000_100]
-        finally:
-            rc = stop_mount(proc, str(mnt))
-        assert rc == 0 and not os.path.ismount(mnt)
 
 
 def _reader(args: tuple[str, int, int]) -> str:
@@ -250,7 +231,6 @@ def _expected(data: bytes, seed: int) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
 def test_concurrent_processes_read_exact_bytes_and_the_daemon_holds_few_descriptors(
         tmp_path: Path) -> None:
     """Four processes read random ranges of a warm mounted file at once (libfuse runs
@@ -259,15 +239,10 @@ def test_concurrent_processes_read_exact_bytes_and_the_daemon_holds_few_descript
     thread — the ones not yet closed by that thread's next call — not one per reply."""
     from concurrent.futures import ProcessPoolExecutor
 
-    src = tmp_path / "src"
-    src.mkdir()
+    assert splice_supported(), "setup installs Debian's libfuse 3.14: replies can be spliced"
     data = os.urandom(12 * 1024 * 1024 + 99)
-    (src / "f.bin").write_bytes(data)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
-                       "--block-size", "1MiB", "--policy", "chiron")
-    try:
+    with mounted_file(tmp_path, "f.bin", data, "--block-size", "1MiB", "--policy", "chiron"
+                      ) as (mnt, proc):
         assert (mnt / "f.bin").read_bytes() == data  # fill
         time.sleep(RACY_WAIT_S)  # verified blocks are now remembered: replies are spliced
         base = len(os.listdir(f"/proc/{proc.pid}/fd"))
@@ -277,9 +252,6 @@ def test_concurrent_processes_read_exact_bytes_and_the_daemon_holds_few_descript
         threads = len(os.listdir(f"/proc/{proc.pid}/task"))
         held = len(os.listdir(f"/proc/{proc.pid}/fd")) - base
         assert held <= 2 * threads, (held, threads)  # 480 replies were made
-    finally:
-        rc = stop_mount(proc, str(mnt))
-    assert rc == 0 and not os.path.ismount(mnt)
 
 
 _COUNTING_MOUNT = """
@@ -298,7 +270,6 @@ F.mount(fsspec.filesystem("file"), sys.argv[1], sys.argv[2], cache_dir=sys.argv[
 """
 
 
-@pytest.mark.skipif(not splice_supported(), reason="libfuse 3 < 3.17 not installed")
 @pytest.mark.parametrize("mode", ["kept", "fresh"])
 def test_callbacks_on_a_worker_thread_share_one_python_thread_state(tmp_path: Path, mode) -> None:
     """libfuse calls us on its own worker threads. The mount keeps each worker's Python

@@ -446,46 +446,12 @@ class CacheEngine:
             data = self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
         return data
 
-    def read_block_range(self, meta: FileMeta, idx: int, start: int, end: int
-                         ) -> tuple[bytes, bytes | None]:
-        """Bytes ``[start, end)`` of block ``idx`` — one demand access, as :meth:`read_block`.
-
-        When the store can serve the range of an already verified block (verify mode
-        ``stat``/``none``, see :meth:`BlockStore.get_range`), only those bytes are read: a
-        FUSE mount's ≤1 MiB requests then do not each pull (and stall on) a whole 4 MiB
-        block. Otherwise the whole block is read (and verified) and sliced.
-
-        Returns ``(the range, the whole block or None)``: the block when it was read, so
-        that a caller serving more pieces of it can keep it instead of re-reading."""
-        key = BlockKey(meta.path, meta.version, idx)
-        data = self.store.get_range(key, start, end)
-        if data is None:
-            blk = self.read_block(meta, idx)
-            return (blk if (start == 0 and end >= len(blk)) else blk[start:end]), blk
-        self._range_hit(meta, idx, key)
-        return data, None
-
-    def read_block_range_into(self, meta: FileMeta, idx: int, start: int, buf: memoryview
-                              ) -> tuple[int, bytes | None]:
-        """:meth:`read_block_range` of ``[start, start + len(buf))`` written into ``buf`` (a
-        FUSE reply buffer): a verified block's range goes from its file straight into
-        ``buf``. Returns ``(bytes written, the whole block or None)``."""
-        key = BlockKey(meta.path, meta.version, idx)
-        n = self.store.get_range_into(key, start, buf)
-        if n is None:
-            blk = self.read_block(meta, idx)
-            piece = memoryview(blk)[start:start + len(buf)]
-            n = len(piece)
-            buf[:n] = piece
-            return n, blk
-        self._range_hit(meta, idx, key)
-        return n, None
-
     def claim_range_hit(self, meta: FileMeta, idx: int) -> BlockKey | None:
         """Account a demand read of block ``idx`` *before* reading it, when the store
         can serve its ranges (a verified local block): returns its key, and the caller
-        then reads pieces with ``store.get_range_into``; None (nothing accounted) when
-        the block must go through :meth:`read_block_range_into`."""
+        then reads pieces with ``store.get_range`` (or ``get_range_into``, ``range_fd``);
+        None (nothing accounted) when the block must be read whole with :meth:`read_block`
+        (fetched, or verified)."""
         key = BlockKey(meta.path, meta.version, idx)
         if not self.store.serves_ranges(key):
             return None

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, RemoteReadError
-from aicache.datacache.store import BlockKey
+from aicache.datacache.store import BlockKey, BlockStore
 
 log = logging.getLogger("aicache.fuse")
 
@@ -300,22 +300,39 @@ class _FdLedger:
                 os.close(fd)
 
 
+def _slice(blk: bytes, s: int, e: int) -> bytes:
+    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+
+
+def _slice_into(blk: bytes, s: int, buf: memoryview) -> int:
+    piece = memoryview(blk)[s:s + len(buf)]
+    buf[:len(piece)] = piece
+    return len(piece)
+
+
+#: How a handle hands over the piece ``[s, …)`` of a block, as (read it from a verified
+#: block file — None when that file is not the verified version —, slice it from a block
+#: held whole); ``x`` is the piece's end offset, or the reply buffer to fill.
+AS_BYTES = (BlockStore.get_range, _slice)
+INTO_BUFFER = (BlockStore.get_range_into, _slice_into)
+AS_DESCRIPTOR = (BlockStore.range_fd, _slice)  # (fd, offset, length); the caller closes fd
+
+
 class _Handle:
     """An open file: its metadata and the last two blocks it read (the kernel's readahead
     runs concurrent reads on both sides of a block boundary).
 
     Each block counts as *one* demand access per handle, whatever the number of kernel
-    requests (≤ 1 MiB on libfuse 3, 128 KiB on libfuse 2) it takes. The first request of
-    a block makes the access under the handle's lock: for a verified local block it only
-    accounts it (``claim_range_hit``) and reads its own range after releasing the lock,
-    so the kernel's concurrent requests for the other pieces are not queued behind it;
-    otherwise it reads the whole block (``read_block_range_into``: fetch or verify).
-    Later requests of a block this handle already accounted read just their range
-    (``BlockStore.get_range_into``: lock-free, served only from a file version verified
-    in this process), or slice the whole block kept when the store cannot serve ranges
-    (verify mode ``full``, a block not verified yet). ``cur``/``prev`` are
-    ``(idx, block or None, key)`` tuples, swapped atomically, so
-    lock-free readers always see a consistent triple."""
+    requests (≤ 1 MiB on libfuse 3, 128 KiB on libfuse 2) it takes (:meth:`serve`). The
+    first request of a block makes the access under the handle's lock: for a verified
+    local block it only accounts it (``claim_range_hit``) and reads its own range after
+    releasing the lock, so the kernel's concurrent requests for the other pieces are not
+    queued behind it; otherwise it reads the whole block (``read_block``: fetch or
+    verify) and keeps it. Later requests of a block this handle already accounted read
+    just their range (lock-free, served only from a file version verified in this
+    process), or slice the block kept whole (verify mode ``full``, a block not verified
+    yet). ``cur``/``prev`` are ``(idx, block or None, key)`` tuples, swapped atomically,
+    so lock-free readers always see a consistent triple."""
 
     __slots__ = ("meta", "cur", "prev", "lock")
 
@@ -325,109 +342,52 @@ class _Handle:
         self.prev: tuple[int, bytes | None, BlockKey | None] = (-1, None, None)
         self.lock = threading.Lock()
 
-    def _known(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes | None:
-        for i, blk, key in (self.cur, self.prev):
-            if i == idx:
-                if blk is not None:
-                    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
-                return engine.store.get_range(key, s, e)  # type: ignore[arg-type]
-        return None
-
-    def _known_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int | None:
-        """:meth:`_known` written into ``buf``; None when this handle has not accounted
-        block ``idx`` (or its file changed since)."""
-        for i, blk, key in (self.cur, self.prev):
-            if i == idx:
-                if blk is not None:
-                    piece = memoryview(blk)[s:s + len(buf)]
-                    buf[:len(piece)] = piece
-                    return len(piece)
-                return engine.store.get_range_into(key, s, buf)  # type: ignore[arg-type]
-        return None
-
-    def read_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
-        """:meth:`read` of ``[s, s + len(buf))`` into ``buf``; returns the bytes written.
-        Every piece of a verified block goes from the block file straight into ``buf``;
-        the lock is held only by the first piece of a block (its one demand access), so
-        the kernel's concurrent readahead requests of that block then read in parallel."""
-        n = self._known_into(engine, idx, s, buf)
-        if n is not None:
-            return n
-        with self.lock:
-            n = self._known_into(engine, idx, s, buf)
-            if n is not None:
-                return n
-            key = engine.claim_range_hit(self.meta, idx)
-            if key is None:  # a miss, or a block not verified here yet: read it whole
-                return self._load_into(engine, idx, s, buf)
-            self._moved_to(idx, None)
-        # a verified local block, already accounted: read outside the lock, so that the
-        # other pieces of this block are not queued behind this one
-        n = engine.store.get_range_into(key, s, buf)
-        if n is not None:
-            return n
-        with self.lock:  # the file changed since it was verified: read (and check) it whole
-            return self._load_into(engine, idx, s, buf)
-
-    def piece(self, engine: CacheEngine, idx: int, s: int, e: int) -> tuple[int, int, int] | bytes:
-        """:meth:`read_into`'s decisions for a spliced reply: a verified block's range as an
-        open ``(fd, offset, length)`` of its file (the caller closes ``fd``), else bytes."""
-        got = self._known_fd(engine, idx, s, e)
+    def serve(self, engine: CacheEngine, idx: int, s: int, x: Any,
+              how: tuple[Callable[..., Any], Callable[..., Any]]) -> Any:
+        """The piece ``[s, …)`` of block ``idx`` handed over ``how`` (:data:`AS_BYTES`,
+        :data:`INTO_BUFFER`, :data:`AS_DESCRIPTOR`); one demand access per block."""
+        ranged, sliced = how
+        got = self._held(engine, idx, s, x, ranged, sliced)
         if got is not None:
             return got
         with self.lock:
-            got = self._known_fd(engine, idx, s, e)
+            got = self._held(engine, idx, s, x, ranged, sliced)
             if got is not None:
                 return got
             key = engine.claim_range_hit(self.meta, idx)
             if key is None:  # a miss, or a block not verified here yet: read it whole
-                return self._load(engine, idx, s, e)
+                return self._load(engine, idx, s, x, sliced)
             self._moved_to(idx, None)
-        got = engine.store.range_fd(key, s, e)
+        # a verified local block, already accounted: read outside the lock, so that the
+        # other pieces of this block are not queued behind this one
+        got = ranged(engine.store, key, s, x)
         if got is not None:
             return got
         with self.lock:  # the file changed since it was verified: read (and check) it whole
-            return self._load(engine, idx, s, e)
+            return self._load(engine, idx, s, x, sliced)
 
-    def _known_fd(self, engine: CacheEngine, idx: int, s: int, e: int
-                  ) -> tuple[int, int, int] | bytes | None:
+    def _held(self, engine: CacheEngine, idx: int, s: int, x: Any,
+              ranged: Callable[..., Any], sliced: Callable[..., Any]) -> Any:
+        """The piece when this handle has accounted block ``idx``, else None (also when
+        its file changed since it was verified)."""
         for i, blk, key in (self.cur, self.prev):
             if i == idx:
-                if blk is not None:
-                    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
-                return engine.store.range_fd(key, s, e)  # type: ignore[arg-type]
+                return sliced(blk, s, x) if blk is not None else ranged(engine.store, key, s, x)
         return None
 
-    def _load(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
-        """Under the lock: one demand access of block ``idx`` that reads it whole."""
-        got, blk = engine.read_block_range(self.meta, idx, s, e)
-        self._moved_to(idx, blk)
-        return got
-
-    def _load_into(self, engine: CacheEngine, idx: int, s: int, buf: memoryview) -> int:
+    def _load(self, engine: CacheEngine, idx: int, s: int, x: Any,
+              sliced: Callable[..., Any]) -> Any:
         """Under the lock: one demand access of block ``idx`` that reads (fetches or
-        verifies) it whole, its piece written into ``buf``; the handle moves to it."""
-        n, blk = engine.read_block_range_into(self.meta, idx, s, buf)
+        verifies) it whole; the handle moves to it and keeps it."""
+        blk = engine.read_block(self.meta, idx)
         self._moved_to(idx, blk)
-        return n
+        return sliced(blk, s, x)
 
     def _moved_to(self, idx: int, blk: bytes | None) -> None:
         """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range) is now
         the handle's current block, the old one its previous."""
         m = self.meta
         self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
-
-    def read(self, engine: CacheEngine, idx: int, s: int, e: int) -> bytes:
-        got = self._known(engine, idx, s, e)
-        if got is not None:
-            return got
-        # One loader at a time per handle: concurrent readahead requests of a new block
-        # must make one access (and one whole-block verification), not one per thread.
-        with self.lock:
-            got = self._known(engine, idx, s, e)
-            if got is not None:
-                return got
-            return self._load(engine, idx, s, e)
 
 
 class CacheFuse(Operations):  # type: ignore[misc]
@@ -597,7 +557,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
             if (end - 1) // B != idx:
                 return engine.read_meta(h.meta, offset, end - offset)
             s = offset - idx * B
-            return h.read(engine, idx, s, s + (end - offset))
+            return h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
         except RemoteReadError as exc:
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
@@ -612,7 +572,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
                 if end <= offset:
                     return 0
                 idx = offset // B
-                return h.read_into(engine, idx, offset - idx * B, buf[:end - offset])
+                return h.serve(engine, idx, offset - idx * B, buf[:end - offset], INTO_BUFFER)
             except RemoteReadError as exc:
                 log.error("read %s: %s", path, exc)
                 raise FuseOSError(errno.EIO) from exc
@@ -635,7 +595,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
                 idx = pos // B
                 stop = min(end, (idx + 1) * B)
                 s = pos - idx * B
-                out.append(h.piece(engine, idx, s, s + (stop - pos)))
+                out.append(h.serve(engine, idx, s, s + (stop - pos), AS_DESCRIPTOR))
                 pos = stop
         except BaseException as exc:
             for seg in out:
