@@ -49,6 +49,7 @@ from typing import Any
 from aicache.adaptive.system import DataCacheSystem
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy import AccessResult, LocalPolicy
+from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
 from aicache.datacache.store import BlockKey, BlockStore, StoreFull
 from aicache.errors import BadInput
 
@@ -85,6 +86,9 @@ class EngineParams:
     #: when hits re-check the block checksum: "full" (every read), "stat" (once per
     #: content version of the block file), "none" — see :mod:`aicache.datacache.store`
     verify: str = "stat"
+    #: bytes of verified block files kept memory-mapped for faster hits (0: off) — see
+    #: :mod:`aicache.datacache.mapped`
+    mmap_bytes: int = DEFAULT_MMAP_BYTES
     #: list the whole dataset root once (``find``) on first access, so block ids follow
     #: the sorted path order across folders and readahead crosses folder boundaries; off,
     #: each folder is listed on its first read (ids then follow the order folders are met)
@@ -209,7 +213,8 @@ class CacheEngine:
         self.params = p = params or EngineParams()
         self._root = root.rstrip("/")
         self.target = target
-        self.store = BlockStore(cache_dir, cache_size, p.block_size, verify=p.verify)
+        self.store = BlockStore(cache_dir, cache_size, p.block_size, verify=p.verify,
+                                mmap_bytes=p.mmap_bytes)
         self.block_size = p.block_size
         if daemon:
             from aicache.datacache.daemon import DaemonPolicy

@@ -24,6 +24,10 @@ alone, which is still safe (the store is multi-process safe) but blind to the ot
 checksum is re-checked on a hit — every read, once per content version of the block file,
 or never (see :mod:`aicache.datacache.store`).
 
+``mmap_bytes`` (default 1 GiB; 0 turns it off): verified blocks read more than once are
+kept memory-mapped, so their hits copy from mapped pages instead of calling ``pread``
+(see :mod:`aicache.datacache.mapped`).
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 """
@@ -53,7 +57,8 @@ class AICacheFileSystem(ChainedFileSystem):
                  max_prefetch_bytes: str | int = "256MiB", retries: int = 3,
                  request_timeout: float | None = None, metadata_ttl: float = 60.0,
                  seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
-                 verify_checksum: str = "stat", **kwargs: Any) -> None:
+                 verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
@@ -70,7 +75,8 @@ class AICacheFileSystem(ChainedFileSystem):
                               max_prefetch_bytes=parse_size(max_prefetch_bytes, what="prefetch bytes"),
                               retries=int(retries), request_timeout_s=request_timeout,
                               metadata_ttl_s=float(metadata_ttl), seed=int(seed),
-                              verify=verify_checksum)
+                              verify=verify_checksum,
+                              mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"))
         self.engine = CacheEngine(fs, os.path.expanduser(cache_dir or default_cache_dir()),
                                   parse_size(cache_size, what="cache size"), policy=policy,
                                   advisor=advisor, params=params, root=root, daemon=daemon)
