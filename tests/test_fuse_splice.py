@@ -126,16 +126,17 @@ def test_descriptors_of_threads_libfuse_retired_are_swept(tmp_path: Path) -> Non
     assert not _is_open(mine)
 
 
-def test_real_mount_splices_exact_bytes_across_unaligned_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
+def test_real_mount_splices_exact_bytes_across_unaligned_requests(tmp_path: Path, api) -> None:
     """As root with fuse3 (the README's setup): a mount whose requests are capped below
     1 MiB, so they straddle its 1 MiB blocks, serves a file byte-identical to the source,
     cold (fetched) and warm (spliced from verified block files), with many reads open at
-    once (each holding descriptors)."""
+    once (each holding descriptors) — through either libfuse API."""
     assert splice_supported(), "setup installs Debian's libfuse 3.14: replies can be spliced"
     data = os.urandom(7 * 1024 * 1024 + 4321)
     want = hashlib.sha256(data).hexdigest()
-    with mounted_file(tmp_path, "big.bin", data, "--block-size", "1MiB", "--policy", "lru"
-                      ) as (mnt, _):
+    with mounted_file(tmp_path, "big.bin", data, "--block-size", "1MiB", "--policy", "lru",
+                      "--fuse-api", api) as (mnt, _):
         for rnd in range(3):  # cold, then twice warm (past the store's racy window: ranges)
             if rnd == 1:
                 time.sleep(RACY_WAIT_S)
@@ -166,7 +167,8 @@ def _aligned_read(fd: int, size: int, off: int) -> bytes:
         buf.close()
 
 
-def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
+def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path, api) -> None:
     """``--direct-io`` (every open bypasses the kernel's page cache) serves exact bytes to
     large and small reads, and refuses ``mmap`` — the documented price; on the default
     mount, a reader that opens with ``O_DIRECT`` gets exact bytes too, while ``mmap`` of
@@ -176,7 +178,8 @@ def test_direct_io_mount_and_o_direct_readers_get_exact_bytes(tmp_path: Path) ->
     data = os.urandom(5 * 1024 * 1024 + 777)
     for direct in (True, False):
         with mounted_file(tmp_path, "big.bin", data, "--block-size", "1MiB", "--policy", "lru",
-                          *(["--direct-io"] if direct else []), tag=str(int(direct))
+                          "--fuse-api", api, *(["--direct-io"] if direct else []),
+                          tag=str(int(direct))
                           ) as (mnt, _):
             for rnd in range(2):  # cold, then warm past the racy window (spliced ranges)
                 if rnd:
@@ -266,7 +269,7 @@ def statfs(self, path):
     return {**plain(self, path), "f_files": tls.calls}
 F.CacheFuse.statfs = statfs
 F.mount(fsspec.filesystem("file"), sys.argv[1], sys.argv[2], cache_dir=sys.argv[2] + "-cache",
-        cache_size=1 << 24)
+        cache_size=1 << 24, fuse_api="highlevel")  # libfuse's worker threads
 """
 
 

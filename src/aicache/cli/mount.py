@@ -32,6 +32,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--readahead-kb", type=int, default=None, metavar="KB",
                    help="kernel readahead window set after mounting (root only; default: the block "
                         "size; 0 = the kernel's 128 KiB); it bounds the size of the kernel's read requests")
+    p.add_argument("--fuse-api", default="auto", choices=("auto", "lowlevel", "highlevel"),
+                   help="libfuse API: lowlevel (one thread answers cached reads inline, workers "
+                        "wait on the remote), highlevel (libfuse's thread pool), auto (default: "
+                        "lowlevel on libfuse 3 before 3.17, else highlevel)")
     p.add_argument("--record", default=None, help=argparse.SUPPRESS)  # used by `aicache record`
     return p
 
@@ -132,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
     why = fuse_available()
     if why:
         raise BadInput(why)
+    if args.fuse_api == "lowlevel":
+        from aicache.datacache import fuse_ll
+
+        if not fuse_ll.supported():
+            raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
+                           f"{fuse_ll.libfuse_version()}); use --fuse-api highlevel or auto")
     fs, root = open_remote(args.remote_url, remote_options(args.option))
     recorder = CsvRecorder(args.record) if args.record else None
     try:
@@ -139,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
               policy=args.policy, advisor=args.advisor, params=params,
               foreground=args.foreground, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
-              direct_io=args.direct_io)
+              direct_io=args.direct_io, fuse_api=args.fuse_api)
     finally:
         if recorder is not None:
             recorder.close()

@@ -293,6 +293,12 @@ class CacheEngine:
             self._meta[path] = (meta, now)
         return meta
 
+    def stat_is_cached(self, path: str) -> bool:
+        """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE
+        session answers such requests inline and sends the others to a worker)."""
+        hit = self._meta.get(path)
+        return hit is not None and time.monotonic() - hit[1] < self.params.metadata_ttl_s
+
     def _ensure_mapped(self, meta: FileMeta) -> None:
         parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
         if self._root and self.params.list_root and self._root not in self._listed \

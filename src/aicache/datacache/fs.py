@@ -185,6 +185,21 @@ class AICacheFile(AbstractBufferedFile):
         super().__init__(fs, path, mode="rb", block_size=fs.engine.block_size,
                          cache_type="none", size=meta.size)
 
+    def read(self, length: int = -1) -> bytes:
+        """``length`` bytes from the current position (all that remain if negative), as
+        :class:`AbstractBufferedFile` reads with ``cache_type="none"`` — without its
+        per-read cache-statistics string, which costs more than a mapped block hit's
+        bookkeeping."""
+        length = -1 if length is None else int(length)
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        end = self.size if length < 0 else min(self.loc + length, self.size)
+        if end <= self.loc:
+            return b""
+        out = self._fetch_range(self.loc, end)
+        self.loc += len(out)
+        return out
+
     def _fetch_range(self, start: int, end: int) -> bytes:
         B = self.engine.block_size
         if end <= start:

@@ -75,6 +75,11 @@ class EngineMetrics:
         self.remote_retries = c("remote_retries", "remote requests retried")
         self.remote_errors = c("remote_errors", "remote reads that failed after all retries")
         self.policy_errors = c("policy_errors", "policy calls that raised (the read went on)")
+        self.fuse_inline = c("fuse_inline_replies",
+                             "FUSE requests answered at once by the session thread (low-level mount)")
+        self.fuse_deferred = c("fuse_worker_replies",
+                               "FUSE requests handed to a worker: they waited on the remote or "
+                               "on a whole-block verification (low-level mount)")
         self.read_latency = Histogram(f"{_NS}_read_seconds", "engine.read latency", registry=r,
                                       buckets=(1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02, 0.1, 0.5, 2.0))
         if stats is not None:

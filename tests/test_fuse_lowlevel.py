@@ -1,0 +1,174 @@
+"""The low-level FUSE driver (:mod:`aicache.datacache.fuse_ll`): one session thread answers
+local requests inline and hands the rest to workers. What it must show on a real mount:
+a read that waits on the remote does not hold up another reader's cached reads; the
+kernel-cache option really keeps pages across opens; listings page through the kernel's
+readdir buffer completely; unknown names are ENOENT. And its inode table counts the
+kernel's lookups, so forgotten inodes go.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from aicache.datacache import fuse_ll
+from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
+from s3fixtures import mounted_file, start_mount, stop_mount, wait_mounted
+
+pytestmark = pytest.mark.skipif(not fuse_ll.supported(),
+                                reason="the low-level driver needs libfuse 3 before 3.17")
+
+RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1
+MiB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"aicache_{name}_total ") or line.startswith(f"aicache_{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def read_all(path: Path) -> bytes:
+    with open(path, "rb", buffering=0) as f:
+        return b"".join(iter(lambda: f.read(4 * MiB), b""))
+
+
+def test_the_inode_table_follows_kernel_lookups_and_forgets() -> None:
+    s = fuse_ll.LowLevelSession(None, "/nowhere")
+    a = s._remember("/a")
+    assert s._remember("/a") == a and s._remember("/b") != a
+    s._forget(a, 1)
+    assert s._path(a) == "/a"  # one lookup reference left
+    s._forget(a, 1)
+    with pytest.raises(fuse_ll._Reply) as r:
+        s._path(a)
+    assert r.value.code == errno.ESTALE
+    assert s._remember("/a") != a  # a new inode after the kernel forgot the old one
+    s._forget(1, 10)
+    assert s._path(1) == "/"  # the root is never forgotten
+    assert s.known_inodes() == 3
+
+
+_SWITCHED_MOUNT = """
+import sys
+import aicache.datacache.fuse as F
+from aicache.datacache.engine import EngineParams
+from aicache.datacache.remote import SlowFileSystem
+src, mnt, switch, port = sys.argv[1:5]
+
+class Switched(SlowFileSystem):
+    # the remote's latency is read from a file, so the test can slow it down mid-run
+    latency = property(lambda self: float(open(switch).read() or 0), lambda self, v: None)
+
+F.mount(Switched(target_protocol="file"), src, mnt, cache_dir=mnt + "-cache",
+        cache_size=1 << 26, policy="lru", params=EngineParams(block_size=1 << 20),
+        metrics_port=int(port), fuse_api="lowlevel")
+"""
+
+
+def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Path) -> None:
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    a, b = os.urandom(3 * MiB + 11), os.urandom(3 * MiB + 7)
+    (src / "a.bin").write_bytes(a)
+    (src / "b.bin").write_bytes(b)
+    switch = tmp_path / "latency"
+    switch.write_text("0")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _SWITCHED_MOUNT, str(src), str(mnt), str(switch),
+                             str(port)], stderr=subprocess.PIPE)
+    try:
+        wait_mounted(str(mnt), proc)
+        assert read_all(mnt / "a.bin") == a  # fetched
+        time.sleep(RACY_WAIT_S)
+        assert read_all(mnt / "a.bin") == a  # verified: from now on its pieces are local
+        assert sorted(os.listdir(mnt)) == ["a.bin", "b.bin"]
+        switch.write_text("3.0")  # every remote request now takes 3 s
+        got: dict[str, object] = {}
+
+        def slow_reader() -> None:
+            got["b"] = read_all(mnt / "b.bin")
+            got["t"] = time.monotonic()
+
+        t = threading.Thread(target=slow_reader)
+        t.start()
+        time.sleep(0.5)  # b's first block is being fetched
+        inline0 = metric(port, "fuse_inline_replies")
+        t0 = time.monotonic()
+        assert read_all(mnt / "a.bin") == a
+        took = time.monotonic() - t0
+        assert t.is_alive() and took < 2.0, took  # done while b still waits on the remote
+        assert metric(port, "fuse_inline_replies") - inline0 >= 4  # a's pieces, inline
+        t.join(60)
+        assert got["b"] == b
+        assert metric(port, "fuse_worker_replies") >= 4  # b's fetches went to workers
+    finally:
+        switch.write_text("0")
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0 and not os.path.ismount(mnt)
+
+
+@pytest.mark.parametrize("kernel_cache", [True, False])
+def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, kernel_cache: bool) -> None:
+    """``--kernel-cache`` answers ``keep_cache`` on open: a re-read of a file is served by
+    the kernel's page cache and never reaches the engine; without it, each open drops the
+    pages and the re-read is served (and counted) by the engine."""
+    data = os.urandom(2 * MiB + 5)
+    port = free_port()
+    extra = ["--block-size", "1MiB", "--policy", "lru", "--metrics-port", str(port)]
+    with mounted_file(tmp_path, "f.bin", data, *extra, *(["--kernel-cache"] if kernel_cache else [])
+                      ) as (mnt, _):
+        assert read_all(mnt / "f.bin") == data
+        seen = metric(port, "hits") + metric(port, "misses")
+        assert seen >= 3
+        assert read_all(mnt / "f.bin") == data
+        again = metric(port, "hits") + metric(port, "misses")
+        assert (again == seen) if kernel_cache else (again >= seen + 3)
+
+
+def test_listings_page_through_readdir_and_unknown_names_are_enoent(tmp_path: Path) -> None:
+    names = [f"file-with-a-rather-long-name-{i:05d}.bin" for i in range(700)]  # > 4 KiB of entries
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for i, n in enumerate(names):
+        (src / n).write_bytes(hashlib.sha256(str(i).encode()).digest())
+    (src / "sub" / "x.txt").write_bytes(b"x")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / "c2"), "--cache-size", "16MiB",
+                       "--fuse-api", "lowlevel")
+    try:
+        assert sorted(os.listdir(mnt)) == sorted(names + ["sub"])
+        assert os.path.isdir(mnt / "sub") and not os.path.isdir(mnt / names[0])
+        assert [e.is_dir() for e in os.scandir(mnt) if e.name == "sub"] == [True]
+        assert (mnt / "sub" / "x.txt").read_bytes() == b"x"
+        assert (mnt / names[123]).read_bytes() == hashlib.sha256(b"123").digest()
+        with pytest.raises(FileNotFoundError):
+            os.stat(mnt / "no-such-file")
+        with pytest.raises(OSError) as e:
+            open(mnt / names[0], "r+b")
+        assert e.value.errno in (errno.EROFS, errno.EACCES)
+        st = os.stat(mnt / names[0])
+        assert abs(st.st_mtime - os.stat(src / names[0]).st_mtime) < 1.0  # real times
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0
