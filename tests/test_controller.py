@@ -492,3 +492,29 @@ def test_oscillating_advice_is_damped_by_exponential_back_off():
     n = len(log)
     drive(sys, t, t + 2.0)
     assert len(log) == n + 1 and log[-1][1] == "sequential"
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_tick_visits_units_per_event_not_per_read(threaded: bool) -> None:
+    """A dataset of many small units (2,000 folders, 9 reads each: below ``min_window``)
+    keeps every review due but waiting for evidence. ``tick`` must not walk all units on
+    each read then — it did, ~500 µs per read through a mount of 512 top-level files —
+    but look at a unit only on its own events: creation, review due, round end. The
+    reference is that event count (≤ 5 per unit here), not a timing; a walk per read
+    would be 18,000 x 2,000 visits."""
+    adv = Scripted([])
+    runner = ThreadRunner(adv) if threaded else None
+    sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS, runner=runner)
+    try:
+        t = 0.0
+        for rnd in range(9):
+            for u in range(2000):
+                sys.tick(t)
+                sys.on_access(f"ds{u}/f", rnd * 10_000 + u, 4096, False, t)
+                t = round(t + 0.0001, 7)  # 18,000 reads over 1.8 s; rounds are 1 s
+        sys.tick(t)
+        assert len(sys.units) == 2000 and not adv.requests  # never enough for a review
+        assert 2000 <= sys.unit_visits <= 5 * 2000, sys.unit_visits
+        assert all(u.round_start > 0.9 for u in sys.units.values())  # rounds did close
+    finally:
+        sys.close()

@@ -69,3 +69,25 @@ def test_readahead_crosses_a_folder_boundary(tmp_path: Path) -> None:
         assert e.stats()["hits"] == hits + 1, "b/0.bin was not prefetched across the boundary"
     finally:
         e.close()
+
+
+def test_files_directly_under_the_root_share_the_roots_unit(tmp_path: Path) -> None:
+    """Files at the top of the mounted/dataset root form one cache unit ("."), as a
+    folder's files form that folder's: the policy reviews and adapts per unit, and one
+    unit per top-level file would never gather a window to diagnose (and made every read
+    walk all of them)."""
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    paths = []
+    for name in ("x.bin", "y.bin", "z.bin", "sub/w.bin"):
+        (root / name).write_bytes(b"\1" * BLOCK)
+        paths.append(str(root / name))
+    e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="chiron",
+                    params=EngineParams(block_size=BLOCK), root=str(root))
+    try:
+        for p in paths:
+            assert e.read(p) == b"\1" * BLOCK
+        assert e.unit_of(paths[0]) == "./x.bin" and e.unit_of(paths[3]) == "sub/w.bin"
+        assert set(e.system.units) == {".", "sub"}  # type: ignore[attr-defined]
+    finally:
+        e.close()

@@ -145,7 +145,8 @@ def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, kernel_cache: boo
         assert (again == seen) if kernel_cache else (again >= seen + 3)
 
 
-def test_listings_page_through_readdir_and_unknown_names_are_enoent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
+def test_listings_page_through_readdir_and_unknown_names_are_enoent(tmp_path: Path, api) -> None:
     names = [f"file-with-a-rather-long-name-{i:05d}.bin" for i in range(700)]  # > 4 KiB of entries
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
@@ -155,7 +156,7 @@ def test_listings_page_through_readdir_and_unknown_names_are_enoent(tmp_path: Pa
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     proc = start_mount(str(src), str(mnt), str(tmp_path / "c2"), "--cache-size", "16MiB",
-                       "--fuse-api", "lowlevel")
+                       "--fuse-api", api)
     try:
         assert sorted(os.listdir(mnt)) == sorted(names + ["sub"])
         assert os.path.isdir(mnt / "sub") and not os.path.isdir(mnt / names[0])

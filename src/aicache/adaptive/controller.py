@@ -32,6 +32,7 @@ block's own unit.
 
 from __future__ import annotations
 
+import heapq
 import queue
 import random
 import threading
@@ -166,6 +167,7 @@ class ThreadRunner(AdvisorRunner):
         self.advisor = advisor
         self._in: queue.SimpleQueue[DiagnosisRequest | None] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[tuple[DiagnosisRequest, Advice | None]] = queue.SimpleQueue()
+        self._pending = 0  # submitted, not yet polled (only the controller's caller touches it)
         self._thread = threading.Thread(target=self._loop, name="chiron-advisor", daemon=True)
         self._thread.start()
 
@@ -181,6 +183,7 @@ class ThreadRunner(AdvisorRunner):
             self._out.put((req, advice))
 
     def submit(self, request: DiagnosisRequest, now: float) -> None:
+        self._pending += 1
         self._in.put(request)
 
     def poll(self, now: float) -> list[tuple[DiagnosisRequest, Advice | None]]:
@@ -189,7 +192,13 @@ class ThreadRunner(AdvisorRunner):
             try:
                 out.append(self._out.get_nowait())
             except queue.Empty:
+                self._pending -= len(out)
                 return out
+
+    def next_ready(self) -> float:
+        """Unknown (``-inf``: poll on every tick) while a request is with the thread;
+        ``inf`` when none is, so that an idle advisor costs the read path nothing."""
+        return float("-inf") if self._pending > 0 else float("inf")
 
     def close(self) -> None:
         self._in.put(None)
@@ -202,7 +211,7 @@ class _Unit:
                  "shape", "round_start", "round_hits", "round_reads", "round_small", "round_reuse",
                  "counts", "last_access", "last_block", "reads", "streak", "streak_start",
                  "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads",
-                 "left_pattern", "switch_reads", "flaps")
+                 "left_pattern", "switch_reads", "flaps", "index")
 
     def __init__(self, name: str, executor: Executor, window: int, scheduler: Any,
                  reflector: Any, shape: Any, now: float) -> None:
@@ -233,6 +242,7 @@ class _Unit:
         self.left_pattern: str | None = None  # the pattern the last switch left
         self.switch_reads = 0  # ``reads`` at the last switch
         self.flaps = 0  # switch-backs (A -> B -> A) since the last switch to a new pattern
+        self.index = 0  # creation order: units due together are handled in this order
 
 
 def _resolve_advisor(advisor: Any, seed: int) -> Advisor:
@@ -279,6 +289,10 @@ class ChironSystem(DataCacheSystem):
         self.sizes: dict[int, int] = {}
         self.unread: set[int] = set()
         self._next_tick = float("-inf")
+        #: (time, unit index, unit name): when a unit may next have something due; lazy
+        #: (an entry may be early — the unit is then looked at and re-queued — never late)
+        self._wake: list[tuple[float, int, str]] = []
+        self.unit_visits = 0  # units looked at by ``tick`` (its cost)
         # counters
         self.advisor_calls = 0
         self.input_tokens = 0
@@ -306,8 +320,9 @@ class ChironSystem(DataCacheSystem):
                       ReviewScheduler(self._review, now), self._make_reflector(),
                       (self._make_reflector(), self._make_reflector())
                       if self.params.shape_reflection else None, now)
+            u.index = len(self.units)
             self.units[name] = u
-            self._next_tick = min(self._next_tick, now)
+            self._wake_at(u, now)
         return u
 
     def _executor(self, pattern: str) -> Executor:
@@ -351,7 +366,7 @@ class ChironSystem(DataCacheSystem):
             # enough evidence: the first review (to replace the default guess), or the
             # re-check of an anomaly once its tail holds only accesses made after it
             u.scheduler.next_at = min(u.scheduler.next_at, now)
-            self._next_tick = min(self._next_tick, now)
+            self._wake_at(u, now)
         if hit and block in self.unread:
             self.unread.discard(block)
             self.block_unit[block].executor.prefetcher.on_prefetch_used(block, now)
@@ -410,39 +425,68 @@ class ChironSystem(DataCacheSystem):
 
     # -- control loop ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
+        """Act on what is due at ``now``: advisor answers that arrived, rounds that ended,
+        reviews that are due. Called after every access, so it returns at once unless
+        something can be due. Each unit is queued (a heap) at the earliest time one of
+        its conditions can change — its round's end, its next review unless that waits on
+        a fuller window (``on_access`` re-queues it when the window fills) or on an answer
+        in flight (re-queued when judged) — so a dataset of thousands of units costs
+        O(log units) per event, not a walk over all units per read. Units due together
+        are handled in creation order, as a walk over all of them would."""
         if now < self._next_tick:
             return
+        due_units: dict[int, _Unit] = {}
+        if now >= self.runner.next_ready():
+            for req, advice in self.runner.poll(now):
+                self._judge(req, advice, now)
+                u = self.units[req.unit]
+                due_units[u.index] = u
+        wake = self._wake
+        while wake and wake[0][0] <= now:
+            _, i, name = heapq.heappop(wake)
+            due_units[i] = self.units[name]
+        for i in sorted(due_units):
+            self._visit(due_units[i], now)
+        self._next_tick = min(wake[0][0] if wake else float("inf"), self.runner.next_ready())
+
+    def _wake_at(self, u: _Unit, t: float) -> None:
+        heapq.heappush(self._wake, (t, u.index, u.name))
+        if t < self._next_tick:
+            self._next_tick = t
+
+    def _visit(self, u: _Unit, now: float) -> None:
+        """One unit's part of :meth:`tick`: close its round if it ended (feedback
+        reflection), start its review if due; then queue it for its next event."""
         p = self.params
-        for req, advice in self.runner.poll(now):
-            self._judge(req, advice, now)
-        nxt = float("inf")
-        for u in self.units.values():
-            if now - u.round_start >= p.round_s:
-                r = u.reflector.observe_counts(u.round_hits, u.round_reads)
-                anomaly = r is not None and r.anomaly
-                if u.shape is not None:
-                    for refl, k in zip(u.shape, (u.round_small, u.round_reuse)):
-                        r = refl.observe_counts(k, u.round_reads)
-                        if r is not None and r.anomaly:
-                            # a shape change is one event: restart its EWMA at the new
-                            # level instead of re-flagging while the average catches up
-                            refl.ewma = r.chr
-                            anomaly = True
-                u.round_start, u.round_hits, u.round_reads = now, 0, 0
-                u.round_small = u.round_reuse = 0
-                if anomaly:
-                    u.streak, u.backoff = None, 0
-                    if not u.open_anomaly:
-                        u.open_anomaly, u.anomaly_reads = True, u.reads
-                    u.scheduler.anomaly(now)
-            due = u.scheduler.due(now)
-            if due is not None:
-                if len(u.window) >= p.min_window:
-                    self._diagnose(u, now)
-                else:
-                    nxt = min(nxt, now + 0.5)
-            nxt = min(nxt, u.round_start + p.round_s, u.scheduler.next_at)
-        self._next_tick = min(nxt, self.runner.next_ready())
+        self.unit_visits += 1
+        if now - u.round_start >= p.round_s:
+            r = u.reflector.observe_counts(u.round_hits, u.round_reads)
+            anomaly = r is not None and r.anomaly
+            if u.shape is not None:
+                for refl, k in zip(u.shape, (u.round_small, u.round_reuse)):
+                    r = refl.observe_counts(k, u.round_reads)
+                    if r is not None and r.anomaly:
+                        # a shape change is one event: restart its EWMA at the new
+                        # level instead of re-flagging while the average catches up
+                        refl.ewma = r.chr
+                        anomaly = True
+            u.round_start, u.round_hits, u.round_reads = now, 0, 0
+            u.round_small = u.round_reuse = 0
+            if anomaly:
+                u.streak, u.backoff = None, 0
+                if not u.open_anomaly:
+                    u.open_anomaly, u.anomaly_reads = True, u.reads
+                u.scheduler.anomaly(now)
+        nxt = u.round_start + p.round_s
+        if u.scheduler.due(now) is not None:
+            if len(u.window) >= p.min_window:
+                self._diagnose(u, now)
+            else:  # too few reads to diagnose: ``on_access`` re-queues it when the window fills
+                heapq.heappush(self._wake, (nxt, u.index, u.name))
+                return
+        if not u.scheduler.in_flight:  # an answer in flight re-queues it when judged
+            nxt = min(nxt, u.scheduler.next_at)
+        heapq.heappush(self._wake, (nxt, u.index, u.name))
 
     def _diagnose(self, u: _Unit, now: float) -> None:
         from aicache.adaptive.analyzer import analyze, tail_length

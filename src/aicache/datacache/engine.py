@@ -367,7 +367,13 @@ class CacheEngine:
         path component(s)), and file-aware prefetchers (SFP) need the file."""
         r = self._root
         if r and path.startswith(r):
-            return path[len(r):].lstrip("/") or path
+            rel = path[len(r):].lstrip("/")
+            if not rel:
+                return path
+            # a file directly under the root belongs to the root's unit ("."), like the
+            # files of a folder to that folder's: bare "name" would read as a unit of its
+            # own, i.e. one unit (with its own statistics and reviews) per top-level file
+            return rel if "/" in rel else "./" + rel
         return path
 
     # -- reads --------------------------------------------------------------------------------
