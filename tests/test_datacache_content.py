@@ -125,3 +125,36 @@ def test_fuse_is_read_only(fuse_mount: str, s3_dataset: Dataset) -> None:  # noq
         open(path, "wb").close()
     with pytest.raises(OSError):
         os.unlink(path)
+
+
+def test_a_background_mount_over_s3_serves_the_remote_and_unmounts(s3_dataset: Dataset,  # noqa: F811
+                                                                   tmp_path) -> None:
+    """``aicache mount`` without ``--foreground`` (the README's form) returns once the mount
+    is up and keeps serving from a detached process. It used to detach with libfuse's
+    C-level fork, after which the S3 client still pointed at the parent's event-loop
+    thread and every read failed with EIO."""
+    import subprocess
+    import sys
+    import time
+
+    mnt, cache = tmp_path / "mnt", tmp_path / "cache"
+    mnt.mkdir()
+    r = subprocess.run([sys.executable, "-m", "aicache.cli.main", "mount", f"s3://{s3_dataset.root}",
+                        str(mnt), "--cache-dir", str(cache), "--cache-size", "16MiB",
+                        "--block-size", str(BLOCK), *s3_mount_options(s3_dataset.server)],
+                       capture_output=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr.decode()
+        assert os.path.ismount(mnt)  # up when the command returned
+        for p, data in s3_dataset.files.items():
+            with open(mnt / s3_dataset.rel(p), "rb") as f:
+                assert f.read() == data
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and subprocess.run(
+            ["pgrep", "-f", f"mount s3://{s3_dataset.root} {mnt}"], capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    assert not os.path.ismount(mnt)
+    assert subprocess.run(["pgrep", "-f", f"mount s3://{s3_dataset.root} {mnt}"],
+                          capture_output=True).returncode == 1  # the daemon exited

@@ -142,15 +142,78 @@ def run(args: argparse.Namespace) -> int:
         if not fuse_ll.supported():
             raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
                            f"{fuse_ll.libfuse_version()}); use --fuse-api highlevel or auto")
-    fs, root = open_remote(args.remote_url, remote_options(args.option))
+    options = remote_options(args.option)
+    fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
+    if not args.foreground:
+        if _detach(mp):
+            return 0  # the parent: the mount is up, served by the detached child
+        # the child, after fork: the remote's client (its event-loop thread, its
+        # connections) belongs to the parent; fsspec builds a fresh one for this process
+        fs, root = open_remote(args.remote_url, options)
+        _quiet_once_mounted(mp)
     recorder = CsvRecorder(args.record) if args.record else None
     try:
         mount(fs, root, mp, cache_dir=os.path.abspath(args.cache_dir), cache_size=size,
               policy=args.policy, advisor=args.advisor, params=params,
-              foreground=args.foreground, metrics_port=args.metrics_port, record=recorder,
+              foreground=True, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
               direct_io=args.direct_io, fuse_api=args.fuse_api)
     finally:
         if recorder is not None:
             recorder.close()
     return 0
+
+
+def _quiet_once_mounted(mountpoint: str, timeout_s: float = 60.0) -> None:
+    """In the detached child: point stderr at /dev/null once the mount is up (until then
+    a mount error still reaches the terminal of the command that started it)."""
+    import threading
+    import time
+
+    from aicache.datacache.fuse import mount_device
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if mount_device(mountpoint) is not None:  # /proc/self/mountinfo: no stat of it
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                os.close(null)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=watch, name="aicache-detach", daemon=True).start()
+
+
+def _detach(mountpoint: str, timeout_s: float = 60.0) -> bool:
+    """Run the mount in the background, as FUSE daemons do: fork (a Python ``os.fork``, so
+    that libraries' after-fork hooks run — fsspec's drops the parent's event loop, which
+    libfuse's own C-level daemonizing would leave dangling: every S3 read then failed
+    with EIO), start a new session, detach from the terminal. Returns True in the parent
+    once the mount is up (False in the child, which goes on to mount); raises if the child
+    died or the mount did not appear in time."""
+    import signal
+    import sys
+    import time
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1):
+            os.dup2(null, fd)
+        os.close(null)
+        return False  # stderr stays until mounted: mount errors still reach the caller
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.ismount(mountpoint):
+            return True
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            raise SystemExit(code if code > 0 else 1)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGTERM)
+    raise OSError(f"MOUNTPOINT {mountpoint!r} was not mounted within {timeout_s:.0f}s")

@@ -156,6 +156,8 @@ class MappedBlocks:
                 return None
             m.pins += 1
             self._maps.move_to_end(path)
+        if self._sweeper is None:  # a forked child's inherited mappings need one too
+            self._start_sweeper()
         try:
             try:
                 st = os.stat(path)
