@@ -118,6 +118,23 @@ def test_mount_bad_input_exits_2_with_one_line(tmp_path, argv, needle) -> None:
     assert not os.path.ismount(tmp_path)
 
 
+@pytest.mark.parametrize("foreground", [True, False])
+def test_mount_with_an_unusable_cache_dir_exits_2_before_mounting(tmp_path, foreground) -> None:
+    """A cache directory that cannot hold files is named in one line, exit 2, nothing
+    mounted — not a mount whose engine fails to start (it used to log the error from
+    inside the FUSE session and exit 0)."""
+    (tmp_path / "file").write_bytes(b"x")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([sys.executable, "-m", "aicache.cli.main", "mount", str(tmp_path), str(mnt),
+                        "--cache-size", "1GiB", "--cache-dir", str(tmp_path / "file" / "c"),
+                        *(["--foreground"] if foreground else [])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("aicache: error: --cache-dir")
+    assert not os.path.ismount(mnt)
+
+
 def test_record_writes_a_block_trace_of_what_the_command_read(tmp_path) -> None:
     from aicache.traces.io import open_trace
 

@@ -311,3 +311,28 @@ def test_a_forked_worker_reads_the_mapped_blocks_it_inherited(tmp_path) -> None:
     finally:
         _FORKED.clear()
         s.close()
+
+
+def test_a_set_nobody_closed_unmaps_when_collected_and_its_sweeper_ends(tmp_path) -> None:
+    import gc
+
+    p = str(tmp_path / "blk")
+    data = payload(9, 5000)
+    with open(p, "wb") as f:
+        f.write(b"h" * HEADER_SIZE + data)
+    mb = MappedBlocks(1 << 20, sweep_s=0.01)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        st_ = os.fstat(fd)
+        sig = (st_.st_dev, st_.st_ino, st_.st_size, st_.st_mtime_ns, st_.st_ctime_ns)
+        mb.admit(p, fd, sig, HEADER_SIZE, len(data))
+        assert mb.admit(p, fd, sig, HEADER_SIZE, len(data)) == data
+    finally:
+        os.close(fd)
+    sweeper = mb._sweeper
+    assert sweeper is not None and sweeper.is_alive() and mapped_paths(p) == [p]
+    del mb
+    gc.collect()
+    assert mapped_paths(p) == []
+    sweeper.join(2)
+    assert not sweeper.is_alive()

@@ -173,3 +173,19 @@ def test_listings_page_through_readdir_and_unknown_names_are_enoent(tmp_path: Pa
     finally:
         rc = stop_mount(proc, str(mnt))
     assert rc == 0
+
+
+def test_an_engine_that_cannot_start_fails_the_mount_and_unmounts(tmp_path: Path) -> None:
+    """The engine is built in FUSE's init (after mounting); if that fails, the session
+    ends, the mount point is released and ``mount`` raises — no mount that answers every
+    request with an error, and no exit status 0."""
+    (tmp_path / "file").write_bytes(b"x")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = ("import sys, fsspec\nimport aicache.datacache.fuse as F\n"
+              "F.mount(fsspec.filesystem('file'), sys.argv[1], sys.argv[2], "
+              "cache_dir=sys.argv[3], cache_size=1 << 24, fuse_api='lowlevel')\n")
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(mnt),
+                        str(tmp_path / "file" / "cache")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "NotADirectoryError" in r.stderr, r.stderr[-2000:]
+    assert not os.path.ismount(mnt)

@@ -53,6 +53,21 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def check_cache_dir(path: str) -> None:
+    """Create ``--cache-dir`` if needed and check that it takes files, before anything is
+    mounted (a mount whose engine cannot start would only fail on its first request)."""
+    d = os.path.abspath(path)
+    try:
+        os.makedirs(d, exist_ok=True)
+        probe = os.path.join(d, f".aicache-probe-{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInput(f"--cache-dir {path!r} is not a writable directory ({exc.strerror}); "
+                       "give a directory on a local disk") from None
+
+
 def remote_options(pairs: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -128,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)
+    check_cache_dir(args.cache_dir)
     if args.direct_io and args.kernel_cache:
         raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
                        "page cache, the other keeps pages in it); pick one")

@@ -209,6 +209,8 @@ class LowLevelSession:
         self._next_dir = 1
         self._cbs: dict[str, Any] = {}
         self._se: int | None = None
+        #: why the file system could not start (raised by :meth:`run` after unmounting)
+        self.init_error: BaseException | None = None
         #: requests answered inline / by a worker (tests, logs)
         self.inline = 0
         self.deferred = 0
@@ -301,8 +303,8 @@ class LowLevelSession:
                 c.want |= c.capable & FUSE_CAP_SPLICE_WRITE
                 c.max_read = self.max_read  # must equal the max_read mount option
             self.ops.init("/")
-        except BaseException as exc:  # noqa: BLE001
-            log.error("fuse init: %r", exc)
+        except BaseException as exc:  # noqa: BLE001 - raised again by run(), after unmounting
+            self.init_error = exc
             if self._se:
                 self._lib.fuse_session_exit(self._se)
 
@@ -504,4 +506,6 @@ class LowLevelSession:
         finally:
             lib.fuse_session_destroy(se)  # calls destroy (the engine closes)
             self._se = None
+        if self.init_error is not None:
+            raise self.init_error
         return rc

@@ -49,7 +49,6 @@ import os
 import platform
 import sys
 import threading
-import time
 import weakref
 from collections import OrderedDict
 
@@ -283,19 +282,11 @@ class MappedBlocks:
             with self._lock:
                 t = self._sweeper
                 if t is None or not t.is_alive():
-                    t = threading.Thread(target=self._sweep_loop, name="aicache-mmap-sweep",
-                                         daemon=True)
+                    t = threading.Thread(target=_sweep_loop, args=(weakref.ref(self), self._wake),
+                                         name="aicache-mmap-sweep", daemon=True)
                     self._sweeper = t
                     t.start()
 
-    def _sweep_loop(self) -> None:
-        while not self._wake.wait(self.sweep_s):
-            if self._closed:
-                return
-            try:
-                self.sweep()
-            except Exception:  # noqa: BLE001 - a sweep failure only delays freeing space
-                time.sleep(self.sweep_s)
 
     def close(self) -> None:
         """Unmap everything (mappings being copied from go when their copy ends)."""
@@ -312,6 +303,15 @@ class MappedBlocks:
         for m in maps:
             self._unpin(m, pinned=False)
 
+    def __del__(self) -> None:
+        # a set that was never closed: its mappings would outlive it (nothing can be
+        # copying from them any more — copies hold a reference to the set)
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def _after_fork(self) -> None:
         # a forked child (a DataLoader worker) inherits the mappings but not the threads
         # that pinned them or the sweeper: fresh lock, no pins, a sweeper on next admit
@@ -320,6 +320,27 @@ class MappedBlocks:
         self._sweeper = None
         for m in self._maps.values():
             m.pins = 0
+
+
+def _sweep_loop(ref: weakref.ReferenceType[MappedBlocks], wake: threading.Event) -> None:
+    """The sweeper: holds its set only weakly, so a set nobody closed is still collected
+    (its mappings go with it) and the thread ends."""
+    while True:
+        mb = ref()
+        if mb is None or mb._closed:
+            return
+        period = mb.sweep_s
+        del mb
+        if wake.wait(period):
+            return
+        mb = ref()
+        if mb is None:
+            return
+        try:
+            mb.sweep()
+        except Exception:  # noqa: BLE001 - a sweep failure only delays freeing space
+            pass
+        del mb
 
 
 _LIVE: weakref.WeakSet[MappedBlocks] = weakref.WeakSet()
