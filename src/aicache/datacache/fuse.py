@@ -92,6 +92,7 @@ try:
     LIBFUSE_MINOR = int(getattr(_binding, "fuse_version_minor", 0))
 except (ImportError, OSError, AttributeError) as _exc:  # binding missing, or no libfuse
     FUSE = None
+    _binding = None
     _FUSE_ERROR: Exception | None = _exc
 
     class Operations:  # type: ignore[no-redef]

@@ -36,6 +36,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from aicache.datacache import fuse
+from aicache.datacache.fuse import (
+    _FUSE_BUF_FD_SEEK,
+    _FUSE_BUF_IS_FD,
+    FUSE_CAP_SPLICE_WRITE,
+    FuseOSError,
+    _binding,
+    _bufvec_type,
+)
+
 log = logging.getLogger("aicache.fuse")
 
 c_req = ctypes.c_void_p
@@ -112,22 +122,16 @@ class LowLevelOps(ctypes.Structure):
 
 def supported() -> bool:
     """libfuse 3 before 3.17 (the structure layouts above), loaded by the binding."""
-    from aicache.datacache import fuse
-
     return (fuse.FUSE is not None and fuse.LIBFUSE_MAJOR == 3 and fuse.LIBFUSE_MINOR < 17
             and _lib() is not None)
 
 
 def libfuse_version() -> str:
-    from aicache.datacache import fuse
-
     return f"libfuse {fuse.LIBFUSE_MAJOR}.{fuse.LIBFUSE_MINOR}" if fuse.FUSE is not None else "no libfuse"
 
 
 def _lib() -> Any:
-    from aicache.datacache import fuse
-
-    lib = getattr(fuse._binding, "_libfuse", None) if fuse.FUSE is not None else None
+    lib = getattr(_binding, "_libfuse", None) if fuse.FUSE is not None else None
     if lib is None or getattr(_lib, "done", False):
         return lib
     for name, res, args in (
@@ -162,8 +166,6 @@ _ENTRY: list[Any] = []
 def _entry_type() -> Any:
     """``struct fuse_entry_param`` (built once: it embeds the binding's ``struct stat``)."""
     if not _ENTRY:
-        from aicache.datacache.fuse import _binding
-
         class EntryParam(ctypes.Structure):
             _fields_ = [("ino", c_ino), ("generation", ctypes.c_uint64), ("attr", _binding.c_stat),
                         ("attr_timeout", ctypes.c_double), ("entry_timeout", ctypes.c_double)]
@@ -251,8 +253,6 @@ class LowLevelSession:
     # -- plumbing ---------------------------------------------------------------------
     def _call(self, req: int, fn: Callable[..., None], *args: Any) -> None:
         """Run a handler, answering its request with the error it raises (once)."""
-        from aicache.datacache.fuse import FuseOSError
-
         try:
             fn(req, *args)
         except _Reply as r:
@@ -281,8 +281,6 @@ class LowLevelSession:
             self._lib.fuse_reply_err(req, errno.EIO)
 
     def _stat_struct(self, attrs: dict[str, Any], ino: int) -> Any:
-        from aicache.datacache.fuse import _binding
-
         st = _binding.c_stat()
         for k, v in attrs.items():
             if k in ("st_atime", "st_mtime", "st_ctime"):
@@ -295,8 +293,6 @@ class LowLevelSession:
 
     # -- operations ---------------------------------------------------------------------
     def _init(self, userdata: Any, conn: Any) -> None:
-        from aicache.datacache.fuse import FUSE_CAP_SPLICE_WRITE
-
         try:
             c = conn.contents
             if self.max_read:
@@ -361,8 +357,6 @@ class LowLevelSession:
         self._serve(req, self.ops.read_is_local(fh, off, size), self._do_read, fh, size, off)
 
     def _do_read(self, req: int, fh: int, size: int, off: int) -> None:
-        from aicache.datacache.fuse import _FUSE_BUF_FD_SEEK, _FUSE_BUF_IS_FD, _bufvec_type
-
         segs = self.ops.read_segments(None, size, off, fh)
         try:
             T = _bufvec_type(max(1, len(segs)))
@@ -417,8 +411,6 @@ class LowLevelSession:
                 mode = st["st_mode"] if st else stat.S_IFREG
                 entries.append((name.encode("utf-8", "surrogateescape"), mode))
             self._dirs[fh] = entries
-        from aicache.datacache.fuse import _binding
-
         buf = ctypes.create_string_buffer(size)
         pos = 0
         st = _binding.c_stat()
@@ -437,8 +429,6 @@ class LowLevelSession:
         self._lib.fuse_reply_err(req, 0)
 
     def _statfs(self, req: int, ino: int) -> None:
-        from aicache.datacache.fuse import _binding
-
         sv = _binding.c_statvfs()
         for k, v in self.ops.statfs("/").items():
             if hasattr(sv, k):
@@ -499,7 +489,7 @@ class LowLevelSession:
                 try:
                     rc = lib.fuse_session_loop(se)  # the GIL is released while it waits
                 finally:
-                    self._pool.shutdown(wait=True)
+                    self._pool.shutdown(wait=True, cancel_futures=True)  # queued: unmounting
                     lib.fuse_session_unmount(se)
             finally:
                 lib.fuse_remove_signal_handlers(se)
