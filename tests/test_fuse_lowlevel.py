@@ -74,9 +74,14 @@ from aicache.datacache.engine import EngineParams
 from aicache.datacache.remote import SlowFileSystem
 src, mnt, switch, port = sys.argv[1:5]
 
+def _knob(suffix):
+    # read from a file, so the test can turn the remote slow or broken mid-run
+    return property(lambda self: float(open(switch + suffix).read() or 0) if __import__("os").path.exists(switch + suffix) else 0.0,
+                    lambda self, v: None)
+
 class Switched(SlowFileSystem):
-    # the remote's latency is read from a file, so the test can slow it down mid-run
-    latency = property(lambda self: float(open(switch).read() or 0), lambda self, v: None)
+    latency = _knob("")
+    error_rate = _knob(".errors")
 
 F.mount(Switched(target_protocol="file"), src, mnt, cache_dir=mnt + "-cache",
         cache_size=1 << 26, policy="lru", params=EngineParams(block_size=1 << 20),
@@ -189,3 +194,39 @@ def test_an_engine_that_cannot_start_fails_the_mount_and_unmounts(tmp_path: Path
                         str(tmp_path / "file" / "cache")], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "NotADirectoryError" in r.stderr, r.stderr[-2000:]
     assert not os.path.ismount(mnt)
+
+
+def test_remote_failures_reach_the_reader_as_eio_and_the_mount_survives(tmp_path: Path) -> None:
+    """Faults through the low-level mount: a read whose fetch fails after the engine's
+    bounded retries is answered EIO by its worker (the session thread never raises into
+    libfuse); cached files keep being served meanwhile; once the remote recovers the
+    same file reads right — nothing partial was cached."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    a, b = os.urandom(2 * MiB + 3), os.urandom(2 * MiB + 5)
+    (src / "a.bin").write_bytes(a)
+    (src / "b.bin").write_bytes(b)
+    switch = tmp_path / "latency"
+    switch.write_text("0")
+    errors = tmp_path / "latency.errors"
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _SWITCHED_MOUNT, str(src), str(mnt), str(switch),
+                             str(port)], stderr=subprocess.PIPE)
+    try:
+        wait_mounted(str(mnt), proc)
+        assert read_all(mnt / "a.bin") == a
+        assert sorted(os.listdir(mnt)) == ["a.bin", "b.bin"]  # metadata cached from here
+        errors.write_text("1.0")  # every remote request fails from now on
+        with pytest.raises(OSError) as e:
+            read_all(mnt / "b.bin")
+        assert e.value.errno == errno.EIO
+        assert read_all(mnt / "a.bin") == a  # cached: still served
+        assert metric(port, "remote_errors") >= 1
+        errors.write_text("0")
+        assert read_all(mnt / "b.bin") == b  # recovered, and the bytes are right
+        assert proc.poll() is None
+    finally:
+        errors.write_text("0")
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0 and not os.path.ismount(mnt)
