@@ -33,6 +33,9 @@ How, and what it costs:
   until the mapping is dropped. A sweeper thread re-checks every mapping each
   ``sweep_s`` (1 s), so such space is held at most ``max_bytes`` per process for about a
   second; the store's own evictions drop their mappings at once.
+* **RSS.** Mapped pages count in the process's resident set as shown by ``ps``/``top``:
+  they are the page cache's (shared, file-backed), the same pages a ``pread`` copies from,
+  not memory the process owns.
 * **A file truncated under a mapping** makes a copy from its lost pages fault (SIGBUS).
   aicache never truncates a block file (blocks are written to a temp file and renamed);
   the ``stat`` check refuses any file that changed size before the copy starts, so only
