@@ -146,6 +146,8 @@ def test_a_background_mount_over_s3_serves_the_remote_and_unmounts(s3_dataset: D
     try:
         assert r.returncode == 0, r.stderr.decode()
         assert os.path.ismount(mnt)  # up when the command returned
+        log = cache / "mount.log"  # a detached daemon logs to a file, and says where
+        assert str(log) in r.stdout.decode()
         for p, data in s3_dataset.files.items():
             with open(mnt / s3_dataset.rel(p), "rb") as f:
                 assert f.read() == data
@@ -158,3 +160,4 @@ def test_a_background_mount_over_s3_serves_the_remote_and_unmounts(s3_dataset: D
     assert not os.path.ismount(mnt)
     assert subprocess.run(["pgrep", "-f", f"mount s3://{s3_dataset.root} {mnt}"],
                           capture_output=True).returncode == 1  # the daemon exited
+    assert "aicache.fuse" in log.read_text()  # its start-up lines were logged there

@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="libfuse API: lowlevel (one thread answers cached reads inline, workers "
                         "wait on the remote), highlevel (libfuse's thread pool), auto (default: "
                         "lowlevel on libfuse 3 before 3.17, else highlevel)")
+    p.add_argument("--log-file", default=None, metavar="PATH",
+                   help="where the mount logs (default: CACHE_DIR/mount.log when it runs in the "
+                        "background; stderr with --foreground)")
     p.add_argument("--record", default=None, help=argparse.SUPPRESS)  # used by `aicache record`
     return p
 
@@ -160,8 +163,13 @@ def run(args: argparse.Namespace) -> int:
                            f"{fuse_ll.libfuse_version()}); use --fuse-api highlevel or auto")
     options = remote_options(args.option)
     fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
+    log_file = args.log_file or (None if args.foreground else
+                                 os.path.join(os.path.abspath(args.cache_dir), "mount.log"))
+    if log_file is not None:
+        _log_to(log_file)
     if not args.foreground:
         if _detach(mp):
+            print(f"mounted {args.remote_url} at {mp} (logs: {log_file}; unmount: fusermount3 -u {mp})")
             return 0  # the parent: the mount is up, served by the detached child
         # the child, after fork: the remote's client (its event-loop thread, its
         # connections) belongs to the parent; fsspec builds a fresh one for this process
@@ -178,6 +186,21 @@ def run(args: argparse.Namespace) -> int:
         if recorder is not None:
             recorder.close()
     return 0
+
+
+def _log_to(path: str) -> None:
+    """Send the mount's log (``aicache.*``, INFO and up) to ``path``, appended, as JuiceFS
+    does for a background mount — a detached daemon's stderr goes nowhere."""
+    import logging
+
+    try:
+        handler = logging.FileHandler(path)
+    except OSError as exc:
+        raise BadInput(f"--log-file {path!r} cannot be written ({exc.strerror}); give a writable path") from None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("aicache")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def _quiet_once_mounted(mountpoint: str, timeout_s: float = 60.0) -> None:
