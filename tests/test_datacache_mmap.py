@@ -336,3 +336,29 @@ def test_a_set_nobody_closed_unmaps_when_collected_and_its_sweeper_ends(tmp_path
     assert mapped_paths(p) == []
     sweeper.join(2)
     assert not sweeper.is_alive()
+
+
+def test_the_engine_reports_its_mapped_blocks_on_the_metrics_endpoint(tmp_path) -> None:
+    import fsspec
+
+    from aicache.datacache.engine import CacheEngine, EngineParams
+
+    src = tmp_path / "src.bin"
+    data = payload(11, 3 * BLOCK)
+    src.write_bytes(data)
+    e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 24, policy="lru",
+                    params=EngineParams(block_size=BLOCK))
+    try:
+        e.store._racy_ns = int(WINDOW * 1e9)
+        assert e.read(str(src)) == data  # fetched
+        settle()
+        for _ in range(3):  # verified, remembered, mapped
+            assert e.read(str(src)) == data
+        samples = {line.split(" ")[0]: float(line.split(" ")[1])
+                   for line in e.metrics.text().decode().splitlines()
+                   if line and not line.startswith("#")}
+        assert samples["aicache_mapped_blocks"] == 3.0
+        assert samples["aicache_mapped_bytes"] == 3.0 * (BLOCK + HEADER_SIZE)
+        assert samples["aicache_mapped_stale_dropped"] == 0.0
+    finally:
+        e.close()

@@ -271,6 +271,9 @@ class CacheEngine:
         s["capacity_bytes"] = self.store.capacity
         s["blocks"] = s.get("resident_blocks", 0)
         s["inflight_fetches"] = len(self._inflight)
+        m = self.store.mapped
+        s["mapped_bytes"], s["mapped_blocks"] = m.mapped_bytes, len(m)
+        s["mapped_stale_dropped"] = m.dropped_stale
         return s
 
     # -- metadata and the block map -------------------------------------------------------
