@@ -59,14 +59,19 @@ def fill(s: BlockStore, n: int, sizes: list[int] | None = None) -> dict[BlockKey
     return keys
 
 
+def read_until_mapped(s: BlockStore, keys: dict[BlockKey, bytes]) -> None:
+    """Read each block three times — verified, remembered, mapped — checking its bytes."""
+    for k, v in keys.items():
+        for _ in range(3):
+            assert s.get(k) == v
+
+
 def test_a_block_read_again_is_mapped_and_then_served_without_opening_its_file(
         tmp_path, monkeypatch) -> None:
     s = new_store(tmp_path)
     try:
         keys = fill(s, 6, sizes=[1, 7, BLOCK, BLOCK - 1, 4097, 1000])
-        for k, v in keys.items():  # read 1 verifies, read 2 is remembered, read 3 maps
-            for _ in range(3):
-                assert s.get(k) == v
+        read_until_mapped(s, keys)
         assert len(s.mapped) == 6 and s.mapped.mapped_total == 6
         assert sorted(mapped_paths(str(tmp_path))) == sorted(s.block_path(k) for k in keys)
 
@@ -85,9 +90,9 @@ def test_a_block_read_again_is_mapped_and_then_served_without_opening_its_file(
 def test_a_mapped_block_corrupted_in_place_is_detected_not_served(tmp_path) -> None:
     s = new_store(tmp_path)
     try:
-        (k, v), = fill(s, 1).items()
-        for _ in range(3):
-            assert s.get(k) == v
+        keys = fill(s, 1)
+        read_until_mapped(s, keys)
+        (k, v), = keys.items()
         assert len(s.mapped) == 1
         time.sleep(0.02)  # let the coarse timestamp clock tick past the put
         with open(s.block_path(k), "r+b") as f:  # the shared mapping sees this write
@@ -104,9 +109,7 @@ def test_a_mapped_block_evicted_by_another_process_is_not_served_and_is_unmapped
     a, b = new_store(tmp_path), new_store(tmp_path)  # two processes' views of one dir
     try:
         keys = fill(a, 3)
-        for k, v in keys.items():
-            for _ in range(3):
-                assert a.get(k) == v
+        read_until_mapped(a, keys)
         assert len(a.mapped) == 3
         gone, kept = list(keys)[:2], list(keys)[2]
         for k in gone:
@@ -127,9 +130,7 @@ def test_the_sweeper_releases_mappings_whose_files_another_process_evicted(tmp_p
     a.mapped.sweep_s = 0.05
     try:
         keys = fill(a, 4)
-        for k, v in keys.items():
-            for _ in range(3):
-                assert a.get(k) == v
+        read_until_mapped(a, keys)
         assert len(mapped_paths(str(tmp_path))) == 4
         assert b.clear() == 4  # another process empties the cache; `a` reads nothing more
         deadline = time.monotonic() + 5
@@ -294,9 +295,7 @@ def test_a_forked_worker_reads_the_mapped_blocks_it_inherited(tmp_path) -> None:
     s = new_store(tmp_path)
     try:
         keys = fill(s, 3)
-        for k, v in keys.items():
-            for _ in range(3):
-                assert s.get(k) == v
+        read_until_mapped(s, keys)
         assert len(s.mapped) == 3
         _FORKED[:] = [s]
         ctx = multiprocessing.get_context("fork")

@@ -8,6 +8,7 @@ kernel's lookups, so forgotten inodes go.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -89,20 +91,36 @@ F.mount(Switched(target_protocol="file"), src, mnt, cache_dir=mnt + "-cache",
 """
 
 
-def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def switched_mount(tmp_path: Path, a: bytes, b: bytes
+                   ) -> Iterator[tuple[Path, int, Path, Path, subprocess.Popen[bytes]]]:
+    """``a.bin`` and ``b.bin`` mounted (low-level, lru, 1 MiB blocks) over a remote whose
+    latency and error rate the test sets by writing the files it yields; yields
+    ``(mount point, metrics port, latency file, error-rate file, process)`` and checks
+    that the mount stops cleanly (with the remote healthy again)."""
     src, mnt = tmp_path / "src", tmp_path / "mnt"
     src.mkdir()
     mnt.mkdir()
-    a, b = os.urandom(3 * MiB + 11), os.urandom(3 * MiB + 7)
     (src / "a.bin").write_bytes(a)
     (src / "b.bin").write_bytes(b)
-    switch = tmp_path / "latency"
+    switch, errors = tmp_path / "latency", tmp_path / "latency.errors"
     switch.write_text("0")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", _SWITCHED_MOUNT, str(src), str(mnt), str(switch),
                              str(port)], stderr=subprocess.PIPE)
     try:
         wait_mounted(str(mnt), proc)
+        yield mnt, port, switch, errors, proc
+    finally:
+        switch.write_text("0")
+        errors.write_text("0")
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0 and not os.path.ismount(mnt)
+
+
+def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Path) -> None:
+    a, b = os.urandom(3 * MiB + 11), os.urandom(3 * MiB + 7)
+    with switched_mount(tmp_path, a, b) as (mnt, port, switch, _errors, _proc):
         assert read_all(mnt / "a.bin") == a  # fetched
         time.sleep(RACY_WAIT_S)
         assert read_all(mnt / "a.bin") == a  # verified: from now on its pieces are local
@@ -126,10 +144,6 @@ def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Pa
         t.join(60)
         assert got["b"] == b
         assert metric(port, "fuse_worker_replies") >= 4  # b's fetches went to workers
-    finally:
-        switch.write_text("0")
-        rc = stop_mount(proc, str(mnt))
-    assert rc == 0 and not os.path.ismount(mnt)
 
 
 @pytest.mark.parametrize("kernel_cache", [True, False])
@@ -201,20 +215,8 @@ def test_remote_failures_reach_the_reader_as_eio_and_the_mount_survives(tmp_path
     bounded retries is answered EIO by its worker (the session thread never raises into
     libfuse); cached files keep being served meanwhile; once the remote recovers the
     same file reads right — nothing partial was cached."""
-    src, mnt = tmp_path / "src", tmp_path / "mnt"
-    src.mkdir()
-    mnt.mkdir()
     a, b = os.urandom(2 * MiB + 3), os.urandom(2 * MiB + 5)
-    (src / "a.bin").write_bytes(a)
-    (src / "b.bin").write_bytes(b)
-    switch = tmp_path / "latency"
-    switch.write_text("0")
-    errors = tmp_path / "latency.errors"
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", _SWITCHED_MOUNT, str(src), str(mnt), str(switch),
-                             str(port)], stderr=subprocess.PIPE)
-    try:
-        wait_mounted(str(mnt), proc)
+    with switched_mount(tmp_path, a, b) as (mnt, port, _switch, errors, proc):
         assert read_all(mnt / "a.bin") == a
         assert sorted(os.listdir(mnt)) == ["a.bin", "b.bin"]  # metadata cached from here
         errors.write_text("1.0")  # every remote request fails from now on
@@ -226,7 +228,3 @@ def test_remote_failures_reach_the_reader_as_eio_and_the_mount_survives(tmp_path
         errors.write_text("0")
         assert read_all(mnt / "b.bin") == b  # recovered, and the bytes are right
         assert proc.poll() is None
-    finally:
-        errors.write_text("0")
-        rc = stop_mount(proc, str(mnt))
-    assert rc == 0 and not os.path.ismount(mnt)

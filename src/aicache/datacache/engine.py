@@ -280,13 +280,13 @@ class CacheEngine:
     def stat(self, path: str) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``)."""
         now = time.monotonic()
-        hit = self._meta.get(path)  # a dict read is atomic; the fast path takes no lock
-        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
-            return hit[0]
+        meta = self._cached_meta(path, now)
+        if meta is not None:
+            return meta
         path = self.target._strip_protocol(path)
-        hit = self._meta.get(path)
-        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
-            return hit[0]
+        meta = self._cached_meta(path, now)
+        if meta is not None:
+            return meta
         info = self._remote(self.target.info, path)
         if info.get("type", "file") == "directory":
             raise IsADirectoryError(path)
@@ -299,8 +299,11 @@ class CacheEngine:
     def stat_is_cached(self, path: str) -> bool:
         """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE
         session answers such requests inline and sends the others to a worker)."""
-        hit = self._meta.get(path)
-        return hit is not None and time.monotonic() - hit[1] < self.params.metadata_ttl_s
+        return self._cached_meta(path, time.monotonic()) is not None
+
+    def _cached_meta(self, path: str, now: float) -> FileMeta | None:
+        hit = self._meta.get(path)  # a dict read is atomic: no lock
+        return hit[0] if hit is not None and now - hit[1] < self.params.metadata_ttl_s else None
 
     def _ensure_mapped(self, meta: FileMeta) -> None:
         parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""

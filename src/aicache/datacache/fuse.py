@@ -228,31 +228,41 @@ _libc.free.restype = None
 _libc.free.argtypes = [ctypes.c_void_p]
 
 
+def fill_bufvec(bv: Any, segments: list[tuple[int, int, int] | bytes],
+                memory: Callable[[bytes], int]) -> None:
+    """Fill ``bv`` (a ``_bufvec_type(n)``, ``n >= len(segments)``) with ``segments`` in
+    order: an ``(fd, offset, length)`` piece as a descriptor buffer (libfuse reads or
+    splices it at that offset), bytes as a memory buffer at ``memory(segment)``."""
+    bv.count, bv.idx, bv.off = max(1, len(segments)), 0, 0
+    bv.buf[0].size, bv.buf[0].flags, bv.buf[0].mem = 0, 0, None
+    for b, seg in zip(bv.buf, segments):
+        if isinstance(seg, tuple):
+            b.fd, b.pos, b.size = seg
+            b.flags, b.mem = _FUSE_BUF_IS_FD | _FUSE_BUF_FD_SEEK, None
+        else:
+            b.size, b.flags, b.mem, b.fd, b.pos = len(seg), 0, memory(seg), -1, 0
+
+
 def build_bufvec(segments: list[tuple[int, int, int] | bytes]) -> int:
     """A ``malloc``-ed ``fuse_bufvec`` holding ``segments`` in order, as libfuse's
     ``read_buf`` wants it (libfuse frees it, and the memory of byte buffers, with
     ``free``; it never closes descriptors). Returns its address."""
-    n = max(1, len(segments))
-    T = _bufvec_type(n)
+    T = _bufvec_type(max(1, len(segments)))
     p = _libc.malloc(ctypes.sizeof(T))
     if not p:
         raise MemoryError("fuse_bufvec")
-    bv = T.from_address(p)
-    bv.count, bv.idx, bv.off = n, 0, 0
-    bv.buf[0].size, bv.buf[0].flags, bv.buf[0].mem = 0, 0, None
     mems: list[int] = []
+
+    def copy_out(seg: bytes) -> int:  # libfuse frees it after the reply
+        m = _libc.malloc(max(1, len(seg)))
+        if not m:
+            raise MemoryError("fuse_buf")
+        mems.append(m)
+        ctypes.memmove(m, seg, len(seg))
+        return int(m)
+
     try:
-        for b, seg in zip(bv.buf, segments):
-            if isinstance(seg, tuple):
-                b.fd, b.pos, b.size = seg
-                b.flags, b.mem = _FUSE_BUF_IS_FD | _FUSE_BUF_FD_SEEK, None
-            else:
-                m = _libc.malloc(max(1, len(seg)))
-                if not m:
-                    raise MemoryError("fuse_buf")
-                mems.append(m)
-                ctypes.memmove(m, seg, len(seg))
-                b.size, b.flags, b.mem, b.fd, b.pos = len(seg), 0, m, -1, 0
+        fill_bufvec(T.from_address(p), segments, copy_out)
     except BaseException:
         for m in mems:
             _libc.free(m)
@@ -470,10 +480,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
 
     def _attr(self, path: str) -> dict[str, Any] | None:
         now = time.monotonic()
-        with self._lock:
-            hit = self._attrs.get(path)
-        if hit is not None and now - hit[1] < self.ttl:
-            return hit[0]
+        hit = self._attrs.get(path)  # a dict read is atomic: no lock
+        if self._fresh(hit, now):
+            return hit[0]  # type: ignore[index]
         try:
             info = self.target.info(self._remote_path(path))
         except FileNotFoundError:
@@ -488,8 +497,10 @@ class CacheFuse(Operations):  # type: ignore[misc]
 
     def attr_fresh(self, path: str) -> bool:
         """Whether :meth:`getattr` of ``path`` answers from the metadata cache (no remote)."""
-        hit = self._attrs.get(path)
-        return hit is not None and time.monotonic() - hit[1] < self.ttl
+        return self._fresh(self._attrs.get(path), time.monotonic())
+
+    def _fresh(self, hit: tuple[dict[str, Any] | None, float] | None, now: float) -> bool:
+        return hit is not None and now - hit[1] < self.ttl
 
     def cached_attr(self, path: str) -> dict[str, Any] | None:
         """``path``'s cached attributes, fresh or not (a listing's entry types)."""

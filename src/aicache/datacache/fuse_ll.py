@@ -38,12 +38,11 @@ from typing import Any
 
 from aicache.datacache import fuse
 from aicache.datacache.fuse import (
-    _FUSE_BUF_FD_SEEK,
-    _FUSE_BUF_IS_FD,
     FUSE_CAP_SPLICE_WRITE,
     FuseOSError,
     _binding,
     _bufvec_type,
+    fill_bufvec,
 )
 
 log = logging.getLogger("aicache.fuse")
@@ -158,6 +157,11 @@ def _lib() -> Any:
         fn.restype, fn.argtypes = res, args
     _lib.done = True  # type: ignore[attr-defined]
     return lib
+
+
+def _address_of(data: bytes) -> int:
+    """Where ``data``'s bytes are (valid while ``data`` lives; never written)."""
+    return int(ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0)
 
 
 _ENTRY: list[Any] = []
@@ -359,16 +363,9 @@ class LowLevelSession:
     def _do_read(self, req: int, fh: int, size: int, off: int) -> None:
         segs = self.ops.read_segments(None, size, off, fh)
         try:
-            T = _bufvec_type(max(1, len(segs)))
-            bv = T()
-            bv.count = max(1, len(segs))
-            for b, seg in zip(bv.buf, segs):
-                if isinstance(seg, tuple):
-                    b.fd, b.pos, b.size = seg
-                    b.flags = _FUSE_BUF_IS_FD | _FUSE_BUF_FD_SEEK
-                else:  # bytes: libfuse reads them in place during the call
-                    b.mem = ctypes.cast(ctypes.c_char_p(seg), ctypes.c_void_p)
-                    b.size, b.fd = len(seg), -1
+            bv = _bufvec_type(max(1, len(segs)))()
+            # bytes are read in place: the reply is sent before fuse_reply_data returns
+            fill_bufvec(bv, segs, _address_of)
             self._lib.fuse_reply_data(req, ctypes.byref(bv), 0)  # sent before it returns
         finally:
             for seg in segs:
