@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -21,14 +20,6 @@ from tests.s3fixtures import mounted_file, stop_mount
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1  # past it, verified blocks are remembered (ranges)
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 def test_the_request_cap_fits_a_pipe_this_process_can_grow() -> None:
@@ -67,63 +58,84 @@ def test_the_cap_follows_pipe_max_size_when_the_pipe_cannot_grow(tmp_path: Path,
     assert splice_request_bytes(1 << 20, str(tmp_path / "missing")) == 0
 
 
-def test_handed_over_descriptors_close_on_the_threads_next_call_not_before(tmp_path: Path) -> None:
+class _Threads:
+    """Stands in for the process's threads: which one is calling, which are alive. The
+    ledger's rules are about *which* descriptors it closes and when, so the tests record
+    its closes instead of probing descriptor numbers the process may have reused."""
+
+    def __init__(self) -> None:
+        self.current = 1
+        self.alive = {1}
+        self.closed: list[int] = []
+
+    def ledger(self, sweep_at: int = 32) -> _FdLedger:
+        return _FdLedger(sweep_at, close=self.closed.append,
+                         current_thread=lambda: self.current,
+                         live_threads=lambda: set(self.alive))
+
+
+def test_handed_over_descriptors_close_on_the_threads_next_call_not_before() -> None:
     """A descriptor libfuse splices from must stay open until the reply is out, i.e. until
     the thread that handed it over calls in again; another thread's calls never close it."""
-    f = tmp_path / "blk"
-    f.write_bytes(b"x" * 100)
-    led = _FdLedger()
+    th = _Threads()
+    led = th.ledger()
     tid = led.settle()
-    a, b = os.open(f, os.O_RDONLY), os.open(f, os.O_RDONLY)
-    led.hold(tid, [a, b])
-    assert _is_open(a) and _is_open(b) and led.open_count() == 2
-
-    other: list[int] = []
-
-    def elsewhere() -> None:
-        t = led.settle()  # another libfuse thread: nothing of ours is closed
-        c = os.open(f, os.O_RDONLY)
-        led.hold(t, [c])
-        other.append(c)
-
-    th = threading.Thread(target=elsewhere)
-    th.start()
-    th.join()
-    assert _is_open(a) and _is_open(b) and led.open_count() == 3
-    assert led.settle() == tid  # this thread's next call: its reply went out
-    assert not _is_open(a) and not _is_open(b)
-    assert _is_open(other[0])  # the other thread (now gone) still holds its descriptor
-    led.close_all()
-    assert not _is_open(other[0]) and led.open_count() == 0
+    led.hold(tid, [10, 11])
+    assert th.closed == [] and led.open_count() == 2
+    th.current, th.alive = 2, {1, 2}  # another libfuse thread: nothing of ours is closed
+    led.hold(led.settle(), [12])
+    assert th.closed == [] and led.open_count() == 3
+    th.current, th.alive = 1, {1}  # this thread's next call: its reply went out
+    assert led.settle() == tid
+    assert sorted(th.closed) == [10, 11] and led.open_count() == 1
+    led.close_all()  # the other thread (now gone) held its descriptor until here
+    assert sorted(th.closed) == [10, 11, 12] and led.open_count() == 0
 
 
-def test_descriptors_of_threads_libfuse_retired_are_swept(tmp_path: Path) -> None:
+def test_descriptors_of_threads_libfuse_retired_are_swept() -> None:
     """libfuse stops surplus idle workers; what they held is closed once the ledger holds
     more threads than ``sweep_at`` — but never what a live thread holds."""
-    f = tmp_path / "blk"
-    f.write_bytes(b"x")
-    led = _FdLedger(sweep_at=2)
-    gone: list[int] = []
-
-    def worker() -> None:  # a libfuse thread that replied once, then was retired
-        fd = os.open(f, os.O_RDONLY)
-        led.hold(led.settle(), [fd])
-        gone.append(fd)
-
-    t = threading.Thread(target=worker)
-    t.start()
-    t.join()
-    never = max(int(x) for x in os.listdir("/proc/self/task")) + 1_000_000  # no such thread
-    fd2 = os.open(f, os.O_RDONLY)
-    led.hold(never, [fd2])
-    gone.append(fd2)
-    assert all(_is_open(fd) for fd in gone)  # two holders: no sweep yet
-    mine = os.open(f, os.O_RDONLY)
-    led.hold(led.settle(), [mine])  # a third holder: the dead threads' descriptors go
-    assert not any(_is_open(fd) for fd in gone)
-    assert _is_open(mine) and led.open_count() == 1
+    th = _Threads()
+    led = th.ledger(sweep_at=2)
+    th.current, th.alive = 2, {1, 2}
+    led.hold(led.settle(), [20])  # a libfuse thread that replied once ...
+    th.alive = {1}  # ... then was retired
+    led.hold(99, [21])  # a holder that is no thread at all
+    assert th.closed == []  # two holders: no sweep yet
+    th.current = 1
+    led.hold(led.settle(), [22])  # a third holder: the dead threads' descriptors go
+    assert sorted(th.closed) == [20, 21]
+    assert led.open_count() == 1
     led.close_all()
-    assert not _is_open(mine)
+    assert sorted(th.closed) == [20, 21, 22]
+
+
+def test_a_sweep_closes_nothing_when_the_live_threads_are_unknown() -> None:
+    """Without ``/proc`` the ledger cannot tell a retired thread from a busy one: it keeps
+    every descriptor (a leak bounded by the worker count, never a reply cut short)."""
+    th = _Threads()
+    led = _FdLedger(1, close=th.closed.append, current_thread=lambda: th.current,
+                    live_threads=lambda: None)
+    led.hold(5, [30])
+    led.hold(6, [31])
+    assert th.closed == [] and led.open_count() == 2
+
+
+def test_the_ledger_closes_real_descriptors_by_default() -> None:
+    """With the default closer a settled descriptor is really closed: the write end of a
+    pipe, once closed, makes its read end see end-of-file (a property of the pipe, not of
+    a descriptor number the process might reuse)."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        led = _FdLedger()
+        led.hold(led.settle(), [w])
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # the writer is still open: no data, no end-of-file
+        led.settle()
+        assert os.read(r, 1) == b""  # end-of-file: the ledger closed the writer
+    finally:
+        os.close(r)
 
 
 @pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
