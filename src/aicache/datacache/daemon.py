@@ -16,9 +16,11 @@ daemon's own clock (clients' clocks are ignored), so every process shares one ti
 Lifetime: the first client that finds no daemon starts one (``python -m
 aicache.datacache.daemon``, its own session, log in ``CACHE_DIR/daemon.log``); an
 ``flock`` on ``CACHE_DIR/daemon.lock`` makes it the only one; it exits after
-``--idle-exit`` seconds without clients. If the daemon dies, clients fall back to a
-policy of their own (logged) and keep reading: the daemon improves decisions, the
-store guarantees safety.
+``--idle-exit`` seconds without clients. If the daemon dies, stops (SIGSTOP) or wedges,
+a client's call gives up after ``daemon_timeout_s`` (EngineParams), the client falls back
+to a policy of its own (logged) and keeps reading, and reconnects in the background with
+backoff once the daemon answers again: the daemon improves decisions, the store guarantees
+safety, and no reader ever waits on the daemon for longer than one timeout per outage.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aicache.datacache.policy import AccessResult, BlockMap, LocalPolicy
 from aicache.datacache.store import BlockKey
+from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.daemon")
 
@@ -77,6 +80,8 @@ class PolicyDaemon:
                             out = {"e": f"{type(exc).__name__}: {exc}"}
                         self.wfile.write(json.dumps(out).encode() + b"\n")
                         self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # a client that timed out and went local; it reconnects afresh
                 finally:
                     with daemon._mutex:
                         daemon.clients -= 1
@@ -157,27 +162,117 @@ class PolicyDaemon:
         self.policy.close()
 
 
-class DaemonPolicy:
-    """LocalPolicy's interface, answered by the directory's daemon (see module docstring)."""
+class _Link:
+    """One connection to the daemon: its socket and the bytes read past the last reply.
 
-    def __init__(self, sock: socket.socket, fallback: Any) -> None:
-        self._sock = sock
-        self._f = sock.makefile("rwb")
-        self._lock = threading.Lock()
+    Every exchange is bounded by a deadline: a stopped or wedged daemon costs a caller at
+    most ``timeout_s``, never a hang (the kernel still accepts connections for a stopped
+    process, so neither ``connect`` nor ``send`` notices it: only a bounded wait does)."""
+
+    __slots__ = ("sock", "_buf")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = b""
+
+    @classmethod
+    def open(cls, path: str, timeout_s: float) -> _Link:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout_s)
+            s.connect(path)
+        except BaseException:
+            s.close()
+            raise
+        return cls(s)
+
+    def call(self, m: str, a: list[Any], timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        self.sock.settimeout(timeout_s)
+        self.sock.sendall(json.dumps({"m": m, "a": a}).encode() + b"\n")
+        buf = self._buf
+        while (nl := buf.find(b"\n")) < 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the cache daemon did not answer {m!r} within {timeout_s:g}s")
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the cache daemon closed the connection")
+            buf += chunk
+        self._buf = buf[nl + 1:]
+        out = json.loads(buf[:nl])
+        if "e" in out:
+            raise RuntimeError(f"cache daemon: {out['e']}")
+        return out["r"]
+
+    def wake(self) -> None:
+        """Make a ``recv`` blocked in another thread return; the descriptor stays open
+        (closing it under a reader could hand its number to another file)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class DaemonPolicy:
+    """LocalPolicy's interface, answered by the directory's daemon (see module docstring).
+
+    Never hangs a reader: each call waits at most ``call_timeout_s`` (for the connection's
+    lock, then for the answer). A call that times out or fails drops the connection and
+    answers from a local policy (over the block map this process already uses); from then
+    on calls stay local until a background thread reconnects, retrying after
+    ``reconnect_s``, doubling up to ``reconnect_max_s``. It reconnects only if the daemon's
+    block map agrees with this process's (ranges handed out meanwhile elsewhere could
+    collide with ones the local policy gave out); if not, this process stays on its own.
+    ``timeouts`` / ``failures`` / ``reconnects`` count what happened."""
+
+    def __init__(self, path: str, block_size: int, fallback: Callable[[], LocalPolicy], *,
+                 call_timeout_s: float = 1.0, reconnect_s: float = 1.0,
+                 reconnect_max_s: float = 30.0) -> None:
+        self.path = path
+        self.call_timeout_s = call_timeout_s
+        self.reconnect_s = reconnect_s
+        self.reconnect_max_s = reconnect_max_s
         self._fallback_factory = fallback
+        self._lock = threading.Lock()  # one exchange at a time on the link
+        self._state = threading.Lock()  # link / local / reconnector transitions
+        self._link: _Link | None = None
         self._local: LocalPolicy | None = None
-        self.map: BlockMap | None = None  # ranges learned from the daemon
-        hello = self._call("hello", [])
-        self.name = hello["policy"]
-        self.block_size = int(hello["block_size"])
-        self.map = BlockMap(self.block_size)
+        self._retired: list[LocalPolicy] = []
+        self._reconnector: threading.Thread | None = None
+        self._closed = threading.Event()
+        self.timeouts = 0
+        self.failures = 0
+        self.reconnects = 0
+        self.name = ""
+        self.block_size = block_size
+        self.map = BlockMap(block_size)  # ranges learned from the daemon
         self.system = None
+
+    def attach(self, link: _Link) -> None:
+        """Use ``link`` (first connection): learn the daemon's block size and policy name."""
+        hello = link.call("hello", [], self.call_timeout_s)
+        self.name = str(hello["policy"])
+        if int(hello["block_size"]) != self.block_size:
+            link.close()
+            raise BadInput(f"the cache daemon of {os.path.dirname(self.path)!r} uses block size "
+                           f"{hello['block_size']}, not {self.block_size}; use the same block size "
+                           "in every process")
+        self._link = link
 
     @classmethod
     def connect(cls, cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: Any,
-                seed: int, spawn: bool = True, timeout_s: float = 15.0) -> DaemonPolicy:
+                seed: int, spawn: bool = True, timeout_s: float = 15.0,
+                call_timeout_s: float = 1.0, reconnect_s: float = 1.0) -> DaemonPolicy:
+        """Join the directory's daemon (starting one unless ``spawn`` is False). A daemon
+        that exists but does not answer within ``call_timeout_s`` leaves this process on a
+        local policy, reconnecting later; none at all (``spawn=False``) or one that does
+        not start within ``timeout_s`` is an error."""
         from aicache.datacache.engine import make_engine_system
-        from aicache.errors import BadInput
 
         os.makedirs(cache_dir, exist_ok=True)
         path = os.path.join(cache_dir, SOCK)
@@ -186,19 +281,13 @@ class DaemonPolicy:
             return LocalPolicy(make_engine_system(policy, cache_size, block_size, advisor, seed),
                                block_size)
 
+        dp = cls(path, block_size, fallback, call_timeout_s=call_timeout_s, reconnect_s=reconnect_s)
         deadline = time.monotonic() + timeout_s
         spawned = False
         while True:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                s.connect(path)
-                dp = cls(s, fallback)
-                if dp.block_size != block_size:
-                    raise BadInput(f"the cache daemon of {cache_dir!r} uses block size {dp.block_size}, "
-                                   f"not {block_size}; use the same block size in every process")
-                return dp
+                link = _Link.open(path, call_timeout_s)
             except (FileNotFoundError, ConnectionRefusedError):
-                s.close()
                 if not spawn:
                     raise OSError(f"no cache daemon at {path}; start one with "
                                   "python -m aicache.datacache.daemon") from None
@@ -208,35 +297,108 @@ class DaemonPolicy:
                 if time.monotonic() > deadline:
                     raise OSError(f"the cache daemon did not start; see {cache_dir}/daemon.log") from None
                 time.sleep(0.05)
+                continue
+            except OSError as exc:  # a full backlog of a stopped daemon: connect timed out
+                dp._degrade("connect", exc)
+                return dp
+            try:
+                dp.attach(link)
+            except (OSError, ValueError, RuntimeError) as exc:
+                link.close()
+                dp._degrade("hello", exc)
+            return dp
 
     def _call(self, m: str, a: list[Any]) -> Any:
-        with self._lock:
-            self._f.write(json.dumps({"m": m, "a": a}).encode() + b"\n")
-            self._f.flush()
-            line = self._f.readline()
-        if not line:
-            raise ConnectionError("the cache daemon closed the connection")
-        out = json.loads(line)
-        if "e" in out:
-            raise RuntimeError(f"cache daemon: {out['e']}")
-        return out["r"]
+        return self._exchange(self._link, m, a)
 
-    def _degraded(self) -> LocalPolicy:
-        if self._local is None:
-            log.warning("aicache: lost the cache daemon; this process now decides on its own")
-            self._local = self._fallback_factory()
-            assert self.map is not None
-            self._local.map = self.map  # keep the ids this process already uses
-        return self._local
-
-    def _rpc(self, m: str, a: list[Any], local: Any) -> Any:
-        if self._local is not None:
-            return local(self._local)
+    def _exchange(self, link: _Link | None, m: str, a: list[Any]) -> Any:
+        if link is None:
+            raise ConnectionError("not connected to the cache daemon")
+        if not self._lock.acquire(timeout=self.call_timeout_s):
+            raise TimeoutError(f"the cache daemon connection stayed busy for {self.call_timeout_s:g}s")
         try:
-            return self._call(m, a)
-        except (OSError, ValueError, RuntimeError) as exc:  # gone, garbled, or failed inside
-            log.warning("aicache: cache daemon call %s failed: %s", m, exc)
-            return local(self._degraded())
+            if self._link is not link:  # dropped while we waited
+                raise ConnectionError("the cache daemon connection was dropped")
+            return link.call(m, a, self.call_timeout_s)
+        finally:
+            if self._link is not link:
+                link.close()  # whoever holds the lock closes a dropped link: no reader is in it
+            self._lock.release()
+
+    def _degrade(self, m: str, exc: BaseException, link: _Link | None = None) -> LocalPolicy:
+        """Answer locally from now on; drop ``link`` if it is still the current one (a late
+        failure on a link already replaced must not drop its successor)."""
+        with self._state:
+            if isinstance(exc, TimeoutError):
+                self.timeouts += 1
+            else:
+                self.failures += 1
+            if link is not None and self._link is link:
+                self._link = None
+                link.wake()
+                if self._lock.acquire(blocking=False):  # else its holder closes it
+                    link.close()
+                    self._lock.release()
+            if self._local is None:
+                log.warning("aicache: cache daemon call %s failed (%s); this process decides on "
+                            "its own and reconnects later", m, exc)
+                self._local = self._fallback_factory()
+                self._local.map = self.map  # keep the ids this process already uses
+            if self._reconnector is None and not self._closed.is_set():
+                self._reconnector = threading.Thread(target=self._reconnect_loop,
+                                                     name="aicache-daemon-reconnect", daemon=True)
+                self._reconnector.start()
+            return self._local
+
+    def _reconnect_loop(self) -> None:
+        delay = self.reconnect_s
+        while not self._closed.wait(delay):
+            delay = min(2 * delay, self.reconnect_max_s)
+            try:
+                link = _Link.open(self.path, self.call_timeout_s)
+            except OSError:
+                continue
+            try:
+                hello = link.call("hello", [], self.call_timeout_s)
+                if int(hello["block_size"]) != self.block_size:
+                    raise ValueError(f"block size {hello['block_size']}")
+                mine = self.map.ranges()
+                theirs = link.call("register", [[[p, n * self.block_size] for p, (_b, n) in mine.items()]],
+                                   self.call_timeout_s) if mine else {}
+            except (OSError, ValueError, RuntimeError, KeyError, TypeError):
+                link.close()
+                continue
+            if any(tuple(theirs.get(p, ())) != r for p, r in mine.items()):
+                link.close()
+                log.warning("aicache: the cache daemon's block map differs from this process's; "
+                            "this process keeps deciding on its own")
+                return
+            with self._state:
+                if self._closed.is_set():
+                    link.close()
+                    return
+                self._link = link
+                if self._local is not None:
+                    self._retired.append(self._local)  # a reader may still be inside it
+                self._local = None
+                self._reconnector = None
+                self.reconnects += 1
+            log.warning("aicache: reconnected to the cache daemon")
+            return
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and self._local is None
+
+    def _rpc(self, m: str, a: list[Any], local: Callable[[LocalPolicy], Any]) -> Any:
+        lp = self._local
+        if lp is not None:
+            return local(lp)
+        link = self._link
+        try:
+            return self._exchange(link, m, a)
+        except (OSError, ValueError, RuntimeError) as exc:  # gone, stopped, garbled, failed inside
+            return local(self._degrade(m, exc, link))
 
     # -- LocalPolicy's interface -----------------------------------------------------------
     def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
@@ -285,18 +447,23 @@ class DaemonPolicy:
         return _key(r[0]), bool(r[1])
 
     def stats(self) -> dict[str, Any]:
-        return self._rpc("stats", [], lambda p: p.stats())  # type: ignore[no-any-return]
+        s = dict(self._rpc("stats", [], lambda p: p.stats()))
+        s["daemon_timeouts"], s["daemon_failures"] = self.timeouts, self.failures
+        s["daemon_reconnects"] = self.reconnects
+        return s
 
     def close(self) -> None:
-        try:
-            self._f.close()
-        except OSError:
-            pass  # the daemon is gone: nothing to flush to
-        try:
-            self._sock.close()
-        finally:
-            if self._local is not None:
-                self._local.close()
+        self._closed.set()
+        with self._state:
+            link, self._link = self._link, None
+            policies = self._retired + ([self._local] if self._local is not None else [])
+            self._retired = []
+        if link is not None:
+            link.wake()
+            with self._lock:
+                link.close()
+        for p in policies:
+            p.close()
 
 
 def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: Any,

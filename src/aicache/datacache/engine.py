@@ -93,6 +93,9 @@ class EngineParams:
     #: the sorted path order across folders and readahead crosses folder boundaries; off,
     #: each folder is listed on its first read (ids then follow the order folders are met)
     list_root: bool = True
+    #: longest wait for one answer of the policy daemon (``daemon=True``); past it the
+    #: process decides locally and reconnects later — see :mod:`aicache.datacache.daemon`
+    daemon_timeout_s: float = 1.0
 
 
 def file_version(info: dict[str, Any]) -> str:
@@ -221,7 +224,8 @@ class CacheEngine:
 
             self.policy: Any = DaemonPolicy.connect(
                 cache_dir, cache_size, p.block_size, policy if isinstance(policy, str) else "chiron",
-                advisor, p.seed, spawn=daemon != "connect")
+                advisor, p.seed, spawn=daemon != "connect", call_timeout_s=p.daemon_timeout_s,
+                reconnect_s=p.daemon_timeout_s)
         else:
             self.policy = LocalPolicy(make_engine_system(policy, cache_size, p.block_size, advisor,
                                                          p.seed), p.block_size)

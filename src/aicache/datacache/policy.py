@@ -71,6 +71,11 @@ class BlockMap:
                 self._bases.insert(i, base)
                 self._files.insert(i, (path, n))
 
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """path → (first block id, number of blocks) of every registered file."""
+        with self._lock:
+            return dict(self._of)
+
     def base(self, path: str) -> int | None:
         r = self._of.get(path)
         return None if r is None else r[0]
