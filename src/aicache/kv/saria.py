@@ -19,6 +19,9 @@ Driver protocol (one request)::
 Other entry points: ``index.store(ns, keys, now, tokens=...)`` offloads KV computed
 outside a plan; ``index.make_dram_room(bytes, now)`` (alias ``on_dram_pressure``) frees
 DRAM on the allocator's demand; ``index.drop_ssd(node, moves)`` frees an SSD copy.
+Driver events (a real store's, never the simulator's): ``adopt_ssd`` records a copy found
+on the device at recovery, ``lose_copy`` forgets one the driver could not keep (returns the
+:class:`Moves` that free its slot), ``stop_ssd_admissions`` ends SSD writes (a full disk).
 
 Decisions (where the seed is silent):
 * ``R_b`` counts every later request whose prompt contains the block — served from a
@@ -371,6 +374,9 @@ class IndexStats:
     promotions: int = 0
     promotions_blocked: int = 0
     dram_store_failures: int = 0
+    #: copies the driver reported lost (:meth:`KVIndex.lose_copy`): failed writes, blocks
+    #: that failed their checksum — not evictions
+    copies_lost: int = 0
     #: re-admissions of a block whose SSD copy this same call had dropped: its bytes were
     #: never freed (the driver applies one call's Moves at once), so it is kept, not written
     ssd_keeps: int = 0
@@ -422,6 +428,8 @@ class KVIndex:
         self.stats = IndexStats()
         self.rule = params.admission
         self.prom = params.promotion
+        #: False after :meth:`stop_ssd_admissions`: no SSD write is issued any more
+        self.ssd_admitting = True
         # SSD copies dropped / written by the call whose Moves is ``_op_moves`` (not yet
         # applied by the driver); see :meth:`_ssd_write` and :meth:`drop_ssd`
         self._op_moves: Moves | None = None
@@ -673,7 +681,7 @@ class KVIndex:
         n.E += 1
         st = self.stats
         st.dram_evictions += 1
-        if self.ssd_capacity > 0 and not n.kv_loc & _SSD:
+        if self.ssd_capacity > 0 and self.ssd_admitting and not n.kv_loc & _SSD:
             if self.rule.admit(n.E, n.R):
                 st.admitted_at_eviction += 1
                 self._ssd_write(n, now, moves)
@@ -699,7 +707,7 @@ class KVIndex:
         therefore agree byte for byte."""
         size = self.size(n)
         cap = self.ssd_capacity
-        if size > cap:
+        if size > cap or not self.ssd_admitting:
             return False
         lru = self.ssd_lru
         while self.ssd_used + size > cap:
@@ -766,6 +774,65 @@ class KVIndex:
         st.ssd_evictions += 1
         moves.ssd_drops.append(n)
         self._op_dropped.add(n)
+
+
+    # ------------------------------------------------------------------ driver events
+    def adopt_ssd(self, n: RadixNode, *, E: int = 0, R: int = 0) -> bool:
+        """Recovery: ``n``'s bytes were found on the SSD, written by an earlier process.
+
+        The copy joins the MRU end of the SSD LRU (adopt in write order to restore the
+        LRU order) with no write counted — the bytes are already on the device — and the
+        persisted counters are merged (``E``/``R`` never shrink). False, changing nothing,
+        when ``n`` already has an SSD copy or the tier is full: the driver frees the slot.
+        """
+        size = self.size(n)
+        if n.kv_loc & _SSD or self.ssd_used + size > self.ssd_capacity:
+            return False
+        self.ssd_used += size
+        self.ssd_lru[n] = None
+        self.tree.set_location(n, _KV, Tier.SSD, True)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.SSD, True)
+        n.E, n.R = max(n.E, E), max(n.R, R)
+        return True
+
+    def lose_copy(self, n: RadixNode, tier: Tier) -> Moves:
+        """The driver could not keep ``n``'s copy in ``tier`` (a failed SSD write, a block
+        that failed its checksum, bytes it could not stage): forget it.
+
+        Not an eviction: ``E_b`` and the eviction counters stay, ``stats.copies_lost``
+        grows. The returned Moves lists the copy in ``ssd_drops`` / ``dram_drops`` so the
+        driver frees its slot as for any drop (a fresh Moves: it opens a new call scope,
+        as every call does). Losing a copy ``n`` does not have returns an empty Moves.
+        """
+        moves = Moves()
+        self._scope(moves)
+        size = self.size(n)
+        if tier is Tier.SSD and n.kv_loc & _SSD:
+            del self.ssd_lru[n]
+            self.ssd_used -= size
+            self.tree.set_location(n, _KV, Tier.SSD, False)
+            if n.has_ckpt:
+                self.tree.set_location(n, _CK, Tier.SSD, False)
+            moves.ssd_drops.append(n)
+        elif tier is Tier.DRAM and n.kv_loc & _DRAM:
+            self.policy.on_remove(n)
+            self.tree.set_location(n, _KV, Tier.DRAM, False)
+            if n.has_ckpt:
+                self.tree.set_location(n, _CK, Tier.DRAM, False)
+            self.dram_used -= size
+            moves.dram_drops.append(n)
+        elif tier not in (Tier.SSD, Tier.DRAM):
+            raise ValueError(f"lose_copy: {tier!r} is not a tier the index manages")
+        else:
+            return moves
+        self.stats.copies_lost += 1
+        return moves
+
+    def stop_ssd_admissions(self) -> None:
+        """No SSD write is issued from now on (the device is full); copies already on the
+        SSD keep serving, keep their LRU order and can still be evicted or lost."""
+        self.ssd_admitting = False
 
 
 @dataclass(slots=True)

@@ -65,7 +65,7 @@ import numpy as np
 from aicache.errors import BadInput
 from aicache.kv.radix import KVObject, RadixNode, Tier
 from aicache.kv.saria import (
-    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs,
+    GB, Bandwidths, KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs,
     TransferMode, b_pace,
 )
 from aicache.kvstore.dram import DramPool
@@ -244,7 +244,7 @@ class TieredKVStore:
         for rb in recs:
             by_ns.setdefault(rb.meta.namespace, {})[rb.meta.key] = rb
         idx, tree = self.index, self.index.tree
-        adopted: list[tuple[int, RadixNode]] = []
+        found: list[tuple[int, RadixNode, Any]] = []
         kept: set[int] = set()
         for ns, table in by_ns.items():
             parents = {rb.meta.parent for rb in table.values()}
@@ -266,20 +266,12 @@ class TieredKVStore:
                 nodes = tree.insert(ns, [c.meta.key for c in chain], 0.0,
                                     [c.meta.tokens for c in chain])
                 for c, node in zip(chain, nodes):
-                    if node in self._sslot:
-                        continue
-                    if idx.ssd_used + idx.size(node) > idx.ssd_capacity:
-                        break
-                    idx.ssd_used += idx.size(node)
-                    tree.set_location(node, _KV, Tier.SSD, True)
-                    node.E, node.R = max(node.E, c.meta.E), max(node.R, c.meta.R)
-                    self._sslot[node] = c.slot
-                    kept.add(c.slot)
-                    adopted.append((c.seq, node))
-        adopted.sort(key=lambda x: x[0])
-        idx.ssd_lru.clear()
-        for _, node in adopted:
-            idx.ssd_lru[node] = None
+                    found.append((c.seq, node, c))
+        found.sort(key=lambda x: x[0])  # adopted in write order: the SSD LRU order
+        for _, node, c in found:
+            if node not in self._sslot and idx.adopt_ssd(node, E=c.meta.E, R=c.meta.R):
+                self._sslot[node] = c.slot
+                kept.add(c.slot)
         orphans = [rb.slot for rb in recs if rb.slot not in kept]
         for slot in orphans:
             self.ssd.free(slot)
@@ -398,7 +390,7 @@ class TieredKVStore:
                 fut.result()
             except CorruptBlock:
                 bad = min(bad, i)
-                self._forget_ssd(n)
+                self._lose(n, Tier.SSD)
                 continue
             if _is_cuda(buf):
                 import torch  # noqa: PLC0415
@@ -514,11 +506,11 @@ class TieredKVStore:
                     try:
                         self.ssd.read(sslot[n], buf.shape[0], buf)
                         staged[n] = buf
-                    except CorruptBlock:
-                        self._forget_dram(n)
-                        self._forget_ssd(n)
+                    except CorruptBlock:  # both copies are gone; the slots are freed below
+                        self.index.lose_copy(n, Tier.DRAM)
+                        self.index.lose_copy(n, Tier.SSD)
                 else:  # e.g. a promotion of a block whose SSD copy failed its checksum
-                    self._forget_dram(n)
+                    self.index.lose_copy(n, Tier.DRAM)
         for n in touched:
             if n in sslot and not n.kv_loc & _SSD:
                 assert self.ssd is not None
@@ -555,9 +547,7 @@ class TieredKVStore:
 
     def _ssd_write(self, n: RadixNode, dram_slot: int | None, data: np.ndarray | None = None) -> None:
         ssd = self.ssd
-        if ssd is None or self.counters.admissions_stopped:
-            self._forget_ssd(n)
-            return
+        assert ssd is not None  # the index has no SSD capacity without slab files
         length = n.tokens * self.kv_bpt
         src = self.dram.view(dram_slot, length) if dram_slot is not None else data
         assert src is not None
@@ -588,31 +578,20 @@ class TieredKVStore:
                 warnings.warn(f"SSD write failed ({err}); block dropped from the SSD tier",
                               RuntimeWarning, stacklevel=3)
             if self._sslot.get(n) == slot:
-                self._forget_ssd(n)
+                self._lose(n, Tier.SSD)
         self._writes = keep
 
     def _stop_admissions(self, why: str) -> None:
         if not self.counters.admissions_stopped:
             self.counters.admissions_stopped = True
-            self.index.rule = AdmissionRule(None, None, False)
+            self.index.stop_ssd_admissions()
             warnings.warn(f"SSD tier is full ({why}): SSD admissions stopped; lookups and "
                           f"loads of stored blocks keep working", RuntimeWarning, stacklevel=4)
 
-    def _forget_ssd(self, n: RadixNode) -> None:
-        """Drop a copy the SSD could not keep (failed write, corrupt block)."""
-        idx = self.index
-        if n in idx.ssd_lru:
-            idx.drop_ssd(n, Moves())
-        slot = self._sslot.pop(n, None)
-        if slot is not None and self.ssd is not None:
-            self.ssd.free(slot)
-
-    def _forget_dram(self, n: RadixNode) -> None:
-        idx = self.index
-        if n.kv_loc & _DRAM:
-            idx.policy.on_remove(n)
-            idx.tree.set_location(n, _KV, Tier.DRAM, False)
-            idx.dram_used -= idx.size(n)
+    def _lose(self, n: RadixNode, tier: Tier) -> None:
+        """A copy the store could not keep (failed write, corrupt block): the index
+        forgets it and the slot is freed by applying the index's Moves."""
+        self._apply(self.index.lose_copy(n, tier), {})
 
     # ------------------------------------------------------------------ lifecycle
     def flush(self) -> None:
