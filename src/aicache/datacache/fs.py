@@ -7,6 +7,14 @@ Usage::
     with fsspec.open("aicache::s3://bucket/data/x.bin", s3={...}, aicache={"cache_size": "10GiB"}) as f:
         f.read()
 
+Engines: the filesystems of one process that name one cache directory read through one
+engine (one policy, one prefetch pool, one index connection), so a loop of
+``fsspec.open("aicache::…")`` — an instance per thread, each file's path stripped from
+fsspec's instance key — stays at one engine. Asking for an open cache directory with other
+options (block size, budget, policy, target…) is a ``BadInput`` naming them;
+``skip_instance_cache=True`` gives a private engine. An engine closes with the last
+filesystem using it; a forked child takes its own (see :mod:`aicache.datacache.sharing`).
+
 Read-only towards the remote: ``open`` (mode ``rb``), ``cat``/``cat_file`` (ranges
 included), ``ls``, ``info``, ``find``, ``exists`` behave as the target's; bytes come through
 :class:`~aicache.datacache.engine.CacheEngine` by block. Writing raises ``PermissionError``.
@@ -35,20 +43,36 @@ An open file keeps the last block it read, so many small reads inside one block 
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+from fsspec.utils import tokenize
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, default_cache_dir
+from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.units import parse_size
 
 
-class AICacheFileSystem(ChainedFileSystem):
+class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]
+    """fsspec's ``skip_instance_cache=True`` ("a fresh instance, shared with nobody") also
+    gives the instance a private engine; fsspec consumes that flag before ``__init__``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("skip_instance_cache"):
+            kwargs.setdefault("share_engine", False)
+        return super().__call__(*args, **kwargs)
+
+
+class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
     """Block-cached, read-only view of ``target_protocol`` (see the module docstring)."""
 
     protocol = "aicache"
+    #: a chained URL passes the file's path as ``fo``: without this, every file of
+    #: ``fsspec.open("aicache::s3://…")`` got its own instance (and engine)
+    _strip_tokenize_options = ("fo",)
 
     def __init__(self, target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  fs: AbstractFileSystem | None = None, cache_dir: str | None = None,
@@ -58,7 +82,7 @@ class AICacheFileSystem(ChainedFileSystem):
                  request_timeout: float | None = None, metadata_ttl: float = 60.0,
                  seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
                  verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
-                 **kwargs: Any) -> None:
+                 share_engine: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
@@ -77,9 +101,40 @@ class AICacheFileSystem(ChainedFileSystem):
                               metadata_ttl_s=float(metadata_ttl), seed=int(seed),
                               verify=verify_checksum,
                               mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"))
-        self.engine = CacheEngine(fs, os.path.expanduser(cache_dir or default_cache_dir()),
-                                  parse_size(cache_size, what="cache size"), policy=policy,
-                                  advisor=advisor, params=params, root=root, daemon=daemon)
+        self._spec = EngineSpec(
+            cache_dir=os.path.realpath(os.path.expanduser(cache_dir or default_cache_dir())),
+            target=_target_token(fs), cache_size=parse_size(cache_size, what="cache size"),
+            policy=policy, advisor=advisor, params=params, root=root, daemon=daemon)
+        self._share = bool(share_engine)
+        self._engine: CacheEngine | None = None
+        self._generation = -1
+        self._release: weakref.finalize | None = None
+        self._attach()
+
+    def _build_engine(self) -> CacheEngine:
+        s = self._spec
+        return CacheEngine(self.fs, s.cache_dir, s.cache_size, policy=s.policy, advisor=s.advisor,
+                           params=s.params, root=s.root, daemon=s.daemon)
+
+    def _attach(self) -> None:
+        """Lease this process's engine of the cache dir (see :mod:`aicache.datacache.sharing`);
+        an engine inherited over fork is the parent's: kept, never used or closed here."""
+        if self._engine is not None:
+            ENGINES.inherited(self._engine)
+            if self._release is not None:
+                self._release.detach()
+        engine = ENGINES.acquire(self._spec, self._build_engine) if self._share \
+            else self._build_engine()
+        self._engine, self._generation = engine, ENGINES.generation
+        self._release = weakref.finalize(self, ENGINES.release, self._spec.cache_dir, engine,
+                                         self._generation)
+
+    @property
+    def engine(self) -> CacheEngine:
+        """The engine reads go through (taken afresh in a forked child)."""
+        if self._generation != ENGINES.generation:
+            self._attach()
+        return self._engine  # type: ignore[return-value]
 
     # -- paths ----------------------------------------------------------------------------
     @classmethod
@@ -157,12 +212,23 @@ class AICacheFileSystem(ChainedFileSystem):
     mv = _readonly
 
     def close(self) -> None:
-        """Stop the engine's workers and close the index; fsspec's instance cache forgets
-        this instance, so the next ``fsspec.filesystem("aicache", ...)`` builds a new one."""
-        self.engine.close()
+        """Give back this instance's engine lease (the engine closes with its last lease,
+        see :mod:`aicache.datacache.sharing`); fsspec's instance cache forgets this
+        instance, so the next ``fsspec.filesystem("aicache", ...)`` builds a new one."""
+        if self._release is not None:
+            self._release()
         token = getattr(self, "_fs_token_", None)
         if token is not None:  # a closed instance must not be handed out again
             type(self)._cache.pop(token, None)
+
+
+def _target_token(fs: AbstractFileSystem) -> str:
+    """Equal for two target filesystems of one class built with the same options (fsspec
+    keeps one per thread for synchronous ones), so their filesystems may share an engine."""
+    opts = getattr(fs, "storage_options", None)
+    if opts is None:
+        return f"instance:{id(fs)}"
+    return tokenize(type(fs).__module__, type(fs).__qualname__, getattr(fs, "storage_args", ()), opts)
 
 
 def _resolve_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:

@@ -1,0 +1,139 @@
+"""One :class:`~aicache.datacache.engine.CacheEngine` per cache directory per process.
+
+Why: fsspec builds a filesystem instance per (options, thread), and every caller that skips
+its instance cache builds another; an engine owns threads (prefetch pool, the policy's
+advisor), descriptors (the index, its lock file) and a policy, so one engine per instance
+grows with every thread and loop that opens files. The filesystems of one process that
+name one cache directory therefore lease one engine from :data:`ENGINES`.
+
+The rule (stated, not guessed): a filesystem asking for a cache directory that is already
+open in this process shares its engine when it asks for the *same* engine — an equal
+:class:`EngineSpec` (target and its options, budget, block size, policy, advisor, daemon,
+root, every engine knob). Any difference is a :class:`~aicache.errors.BadInput` naming the
+options that differ: one process cannot serve two budgets, block sizes or policies from
+one cache directory without one of them being silently ignored. ``share=False`` (what
+fsspec's ``skip_instance_cache=True`` means here) gives a private engine instead.
+
+Lifetime: a lease is taken per filesystem and given back when it is closed or garbage
+collected (a :func:`weakref.finalize`, which also runs at interpreter exit); the engine
+is closed when its last lease goes.
+
+Fork (DataLoader workers): the child starts with no engines. Those inherited belong to the
+parent and are never used, closed or freed in the child (their index connection and lock
+state are the parent's); :attr:`SharedEngines.generation` changes in the child, so an
+inherited filesystem takes a fresh engine on its next use.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from aicache.adaptive.system import DataCacheSystem
+from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.errors import BadInput
+
+#: EngineParams fields under the names the filesystem takes them by
+_OPTION_NAMES = {"request_timeout_s": "request_timeout", "metadata_ttl_s": "metadata_ttl",
+                 "verify": "verify_checksum"}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EngineSpec:
+    """Everything an engine is built from; two filesystems share an engine iff equal."""
+
+    cache_dir: str  #: absolute, symlinks resolved: the key
+    target: str  #: a token of the target filesystem's class and options
+    cache_size: int
+    policy: str | DataCacheSystem
+    advisor: object
+    params: EngineParams
+    root: str
+    daemon: bool | str
+
+    def differences(self, other: EngineSpec) -> list[str]:
+        """``option=this (open: other)`` per option that differs (empty: the same engine)."""
+        out = []
+        for f in fields(self):
+            if f.name in ("cache_dir", "params"):
+                continue
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append("another target (protocol or options)" if f.name == "target"
+                           else f"{f.name}={a!r} (open: {b!r})")
+        for f in fields(EngineParams):
+            a, b = getattr(self.params, f.name), getattr(other.params, f.name)
+            if a != b:
+                out.append(f"{_OPTION_NAMES.get(f.name, f.name)}={a!r} (open: {b!r})")
+        return out
+
+
+@dataclass(slots=True)
+class _Lease:
+    spec: EngineSpec
+    engine: CacheEngine
+    refs: int
+
+
+class SharedEngines:
+    """The process's engines by cache directory, reference-counted (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, _Lease] = {}
+        #: changes in a forked child: an engine taken in another generation is the parent's
+        self.generation = 0
+        self._inherited: list[CacheEngine] = []  # kept alive, never closed (see module doc)
+
+    def acquire(self, spec: EngineSpec, build: Callable[[], CacheEngine]) -> CacheEngine:
+        """The engine of ``spec.cache_dir``: the open one (if ``spec`` equals its spec) or a
+        new one from ``build``; raises :class:`BadInput` when the open one differs."""
+        with self._lock:  # held while building: a racing thread shares, never builds twice
+            lease = self._open.get(spec.cache_dir)
+            if lease is None:
+                lease = self._open[spec.cache_dir] = _Lease(spec, build(), 0)
+            else:
+                diff = spec.differences(lease.spec)
+                if diff:
+                    raise BadInput(
+                        f"cache dir {spec.cache_dir} is already open in this process with other "
+                        f"options ({', '.join(diff)}); pass the same options, "
+                        "another cache_dir, or skip_instance_cache=True for a private engine")
+            lease.refs += 1
+            return lease.engine
+
+    def release(self, cache_dir: str, engine: CacheEngine, generation: int) -> None:
+        """Give back one lease of ``engine`` (or close it, if it was private). An engine of
+        an earlier generation (inherited over fork) is left alone."""
+        if generation != self.generation:
+            return
+        with self._lock:
+            lease = self._open.get(cache_dir)
+            if lease is not None and lease.engine is engine:
+                lease.refs -= 1
+                if lease.refs > 0:
+                    return
+                del self._open[cache_dir]
+        engine.close()
+
+    def inherited(self, engine: CacheEngine) -> None:
+        """Keep an engine of the parent's alive in this child (freeing it would close the
+        parent's index connection from here)."""
+        self._inherited.append(engine)
+
+    def open_dirs(self) -> dict[str, int]:
+        """Cache directory → leases, of this process's shared engines (tests, diagnostics)."""
+        with self._lock:
+            return {d: lease.refs for d, lease in self._open.items()}
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._inherited.extend(lease.engine for lease in self._open.values())
+        self._open.clear()
+        self.generation += 1
+
+
+ENGINES = SharedEngines()
+os.register_at_fork(after_in_child=ENGINES._after_fork_in_child)
