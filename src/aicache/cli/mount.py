@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import Any
 
@@ -53,6 +54,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="storage option for the remote filesystem (repeatable)")
     p.add_argument("--verify-checksum", default="stat", choices=("full", "stat", "none"),
                    help="full: hash every read; stat (default): once per file content version; none")
+    p.add_argument("--metadata-ttl", default="60", metavar="SECONDS",
+                   help="how long a stat, listing or open may use metadata older than the "
+                        "remote's (default 60; 0: ask the remote every time)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -113,8 +117,15 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     block = parse_size(args.block_size, what="--block-size")
     if size <= 0 or block <= 0:
         raise BadInput(f"--cache-size {args.cache_size!r} / --block-size {args.block_size!r} must be positive")
+    try:
+        ttl = float(args.metadata_ttl)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and ttl >= 0):
+        raise BadInput(f"--metadata-ttl {args.metadata_ttl!r}: give seconds >= 0, e.g. 60")
     make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
-    return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum)
+    return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum,
+                              metadata_ttl_s=ttl)
 
 
 class CsvRecorder:

@@ -30,6 +30,13 @@ Threads and guarantees:
   never cached.
 * Local disk full (ENOSPC): the read returns the fetched bytes uncached; ``aicache_enospc``
   counts it and one warning is logged.
+* Consistency: a file's version is its target's strongest identity (ETag, generation,
+  inode + size + mtime_ns + ctime_ns: :mod:`aicache.datacache.version`) and keys its
+  blocks. Metadata is reused for ``metadata_ttl_s`` at most (remote stats and listings
+  bypass the target's own listing cache), so overwrites, deletes and new files are seen
+  after it; within it a hit asks the remote nothing. Fetches of a :class:`FileMeta` are
+  pinned to its version: once the remote no longer holds it they raise
+  :class:`~aicache.datacache.version.VersionGone` (ESTALE) and cache nothing.
 * The system's advisor runs in its own background thread (ChironSystem); the engine only
   calls ``tick``; a slow or broken advisor cannot slow reads.
 """
@@ -51,6 +58,7 @@ from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy import AccessResult, LocalPolicy
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
 from aicache.datacache.store import BlockKey, BlockStore, StoreFull
+from aicache.datacache.version import VersionGone, VersionScheme, scheme_for
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.datacache")
@@ -64,11 +72,14 @@ class RemoteReadError(OSError):
 
 @dataclass(frozen=True, slots=True)
 class FileMeta:
-    """What the engine knows of one remote file: its size and version (etag or mtime+size)."""
+    """What the engine knows of one remote file: its size and version (the block key's
+    version, see :mod:`aicache.datacache.version`); ``pin`` is what a range read asks the
+    remote for to get exactly that version, when it is not the version itself."""
 
     path: str
     size: int
     version: str
+    pin: str = ""
 
 
 @dataclass(slots=True)
@@ -98,19 +109,10 @@ class EngineParams:
     daemon_timeout_s: float = 1.0
 
 
-def file_version(info: dict[str, Any]) -> str:
-    """A version string that changes when the remote object changes.
-
-    S3/GCS/Azure give an ETag; local and most others give mtime; size is added so a
-    rewrite within the mtime resolution still changes it."""
-    for k in ("ETag", "etag", "md5Hash", "generation", "VersionId"):
-        v = info.get(k)
-        if v:
-            return f"{k}:{str(v).strip(chr(34))}"
-    mtime = info.get("mtime", info.get("LastModified", info.get("last_modified", info.get("created", ""))))
-    if hasattr(mtime, "timestamp"):
-        mtime = mtime.timestamp()
-    return f"m:{mtime}:{info.get('size')}"
+def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
+    """``path``'s metadata as ``scheme`` identifies the target's ``info`` record."""
+    ident = scheme.identify(info)
+    return FileMeta(path, ident.size, ident.version, ident.pin)
 
 
 class _Flight:
@@ -212,8 +214,12 @@ class CacheEngine:
                  policy: str | DataCacheSystem = "chiron", advisor: Any = None,
                  params: EngineParams | None = None,
                  record: Callable[[float, str, int, int], None] | None = None,
-                 root: str = "", daemon: bool | str = False) -> None:
+                 root: str = "", daemon: bool | str = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.params = p = params or EngineParams()
+        self._clock = clock
+        #: how this target names versions and reads one version's ranges
+        self.versions = scheme_for(target)
         self._root = root.rstrip("/")
         self.target = target
         self.store = BlockStore(cache_dir, cache_size, p.block_size, verify=p.verify,
@@ -233,13 +239,14 @@ class CacheEngine:
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_evict = lambda: self.metrics.evictions.inc()
         self._record = record
-        self._t0 = time.monotonic()
+        self._t0 = clock()
         self._lock = threading.Lock()  # inflight table, metadata
         self._inflight: dict[BlockKey, _Flight] = {}
         self._prefetch_bytes = 0
         self._prefetch_count = 0
         self._meta: dict[str, tuple[FileMeta, float]] = {}
         self._listed: set[str] = set()
+        self._target_since: dict[str, float] = {}
         self._bases: dict[str, int] = {}
         self._nblocks: dict[str, int] = {}
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, p.max_prefetch),
@@ -263,7 +270,7 @@ class CacheEngine:
 
     # -- time / snapshot ---------------------------------------------------------------------
     def _now(self) -> float:
-        return time.monotonic() - self._t0
+        return self._clock() - self._t0
 
     def _snapshot(self) -> dict[str, Any]:
         s: dict[str, Any] = {}
@@ -282,8 +289,9 @@ class CacheEngine:
 
     # -- metadata and the block map -------------------------------------------------------
     def stat(self, path: str) -> FileMeta:
-        """Size and version of ``path`` (cached for ``metadata_ttl_s``)."""
-        now = time.monotonic()
+        """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
+        older than that, since a remote stat bypasses the target's own listing cache)."""
+        now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
             return meta
@@ -291,19 +299,50 @@ class CacheEngine:
         meta = self._cached_meta(path, now)
         if meta is not None:
             return meta
-        info = self._remote(self.target.info, path)
-        if info.get("type", "file") == "directory":
-            raise IsADirectoryError(path)
-        meta = FileMeta(path, int(info["size"]), file_version(info))
+        self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+        try:
+            info = self._remote(self.target.info, path)
+            if info.get("type", "file") == "directory":
+                raise IsADirectoryError(path)
+            meta = file_meta(self.versions, path, info)
+        except (FileNotFoundError, IsADirectoryError):
+            self.forget(path)
+            raise
         self._ensure_mapped(meta)
         with self._lock:
             self._meta[path] = (meta, now)
         return meta
 
+    def forget(self, path: str) -> None:
+        """Drop ``path``'s cached metadata: the next :meth:`stat` asks the remote."""
+        with self._lock:
+            self._meta.pop(path, None)
+
+    def target_cache_since(self, path: str, subtree: bool = False) -> float:
+        """Before asking the target about ``path`` (a listing, an ``info``): drop what the
+        target's own metadata cache (s3fs's dircache, which never expires) holds about it
+        once that may be ``metadata_ttl_s`` old. Returns the time since which anything the
+        target answers about ``path`` was fetched (a lower bound on its age).
+
+        Sound because an invalidation of ``path`` drops its entry and its parents' (the
+        listing an ``info`` of a file is answered from), so whatever the target answers
+        from later was fetched after it. ``subtree``: about everything under ``path`` too
+        (a ``find``, which may answer sub-folders from their own cached listings): the
+        target's whole cache is dropped when it may be stale."""
+        now = self._clock()
+        key = path + "/**" if subtree else path
+        t = self._target_since.get(key)
+        if t is None or now - t >= self.params.metadata_ttl_s:
+            self.target.invalidate_cache(None if subtree else path)
+            if len(self._target_since) >= 1 << 16:
+                self._target_since.clear()
+            self._target_since[key] = t = now
+        return t
+
     def stat_is_cached(self, path: str) -> bool:
         """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE
         session answers such requests inline and sends the others to a worker)."""
-        return self._cached_meta(path, time.monotonic()) is not None
+        return self._cached_meta(path, self._clock()) is not None
 
     def _cached_meta(self, path: str, now: float) -> FileMeta | None:
         hit = self._meta.get(path)  # a dict read is atomic: no lock
@@ -316,6 +355,7 @@ class CacheEngine:
             self._map_root()
         if parent not in self._listed:
             try:
+                self.target.invalidate_cache(parent or "/")
                 entries = self._remote(self.target.ls, parent or "/", detail=True)
             except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
                 entries = []
@@ -323,12 +363,15 @@ class CacheEngine:
             with self._lock:
                 if parent not in self._listed:
                     self._listed.add(parent)
-                    now = time.monotonic()
+                    now = self._clock()
                     for e in entries:
                         if e.get("type") != "file":
                             continue
                         name = self.target._strip_protocol(e["name"])
-                        m = FileMeta(name, int(e["size"]), file_version(e))
+                        try:
+                            m = file_meta(self.versions, name, e)
+                        except FileNotFoundError:  # gone since it was listed
+                            continue
                         self._meta.setdefault(name, (m, now))
                         files.append((name, m.size))
             if files:
@@ -345,6 +388,7 @@ class CacheEngine:
         """Register every file under the dataset root at once, sorted by path: a sorted
         traversal of the dataset is then one stride, across folder boundaries too."""
         try:
+            self.target.invalidate_cache()  # a find may answer from any sub-folder's listing
             found = self._remote(self.target.find, self._root, detail=True)
         except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
             found = {}
@@ -353,12 +397,15 @@ class CacheEngine:
             if self._root in self._listed:
                 return
             self._listed.add(self._root)
-            now = time.monotonic()
+            now = self._clock()
             for name, e in found.items():
                 if e.get("type") != "file":
                     continue
                 name = self.target._strip_protocol(name)
-                m = FileMeta(name, int(e["size"]), file_version(e))
+                try:
+                    m = file_meta(self.versions, name, e)
+                except FileNotFoundError:  # gone since it was listed
+                    continue
                 self._meta.setdefault(name, (m, now))
                 files.append((name, m.size))
                 self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
@@ -593,7 +640,8 @@ class CacheEngine:
                         fut.cancel()
                         raise TimeoutError(f"no answer within {p.request_timeout_s}s") from None
                 return fn(*args, **kwargs)
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+                    VersionGone):
                 raise
             except Exception as exc:  # noqa: BLE001 - remote clients raise anything
                 last = exc
@@ -610,13 +658,21 @@ class CacheEngine:
         end = min(meta.size, start + self.block_size)
 
         def get(_what: str) -> bytes:
-            data = self.target.cat_file(meta.path, start=start, end=end)
+            data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
             if len(data) != end - start:
                 raise OSError(f"short read: {len(data)} of {end - start} bytes")
-            return bytes(data)
+            return data
 
         get.__name__ = "cat_file"
-        data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
+        try:
+            data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
+        except VersionGone:
+            # this version is gone: the next open asks the remote for the current one
+            self.metrics.versions_gone.inc()
+            with self._lock:
+                if self._meta.get(meta.path, (None,))[0] == meta:
+                    del self._meta[meta.path]
+            raise
         self.metrics.remote_bytes.inc(len(data))
         return data
 
@@ -707,7 +763,7 @@ class CacheEngine:
         out = {k: self.metrics.value(k) for k in (
             "hits", "misses", "remote_bytes", "prefetch_issued", "prefetch_used",
             "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
-            "enospc", "remote_retries", "remote_errors")}
+            "enospc", "remote_retries", "remote_errors", "versions_gone")}
         out.update(blocks=st.blocks, used_bytes=st.used_bytes, capacity_bytes=st.capacity_bytes,
                    block_size=st.block_size, policy=self.policy_name)
         return out

@@ -36,6 +36,11 @@ or never (see :mod:`aicache.datacache.store`).
 kept memory-mapped, so their hits copy from mapped pages instead of calling ``pread``
 (see :mod:`aicache.datacache.mapped`).
 
+``metadata_ttl`` (seconds, default 60): how long ``open``, ``ls``, ``info`` and ``find``
+may use metadata older than the remote's (the target's own listing cache is bypassed past
+it). An open file reads the version it opened, start to end, or fails with ESTALE once the
+remote no longer holds that version (:mod:`aicache.datacache.version`).
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 """
@@ -159,26 +164,32 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
             self._paths[path] = hit
         return hit
 
-    # -- metadata: the target's answers ---------------------------------------------------
+    # -- metadata: the target's answers, never older than metadata_ttl --------------------
+    def _fresh_path(self, path: str) -> str:
+        p = self._target_path(path)
+        self.engine.target_cache_since(p)
+        return p
+
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        return self.fs.ls(self._target_path(path), detail=detail, **kwargs)
+        return self.fs.ls(self._fresh_path(path), detail=detail, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        return self.fs.info(self._target_path(path), **kwargs)
+        return self.fs.info(self._fresh_path(path), **kwargs)
 
     def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
              detail: bool = False, **kwargs: Any) -> Any:
-        return self.fs.find(self._target_path(path), maxdepth=maxdepth, withdirs=withdirs,
-                            detail=detail, **kwargs)
+        p = self._target_path(path)
+        self.engine.target_cache_since(p, subtree=True)
+        return self.fs.find(p, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        return bool(self.fs.exists(self._target_path(path), **kwargs))
+        return bool(self.fs.exists(self._fresh_path(path), **kwargs))
 
     def isdir(self, path: str) -> bool:
-        return bool(self.fs.isdir(self._target_path(path)))
+        return bool(self.fs.isdir(self._fresh_path(path)))
 
     def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(self._target_path(path)))
+        return bool(self.fs.isfile(self._fresh_path(path)))
 
     # -- bytes: through the cache ---------------------------------------------------------
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,

@@ -39,8 +39,11 @@ which cannot grow beyond ``fs.pipe-max-size`` (1 MiB by default) without privile
 container's root often lacks, so requests are capped a few pages below it
 (:func:`splice_request_bytes`); a reply that does not fit is copied, still correct.
 
-Metadata (``ls``/``info``) is cached for ``metadata_ttl`` seconds; the remote is treated as
-read-only while mounted.
+Metadata (``ls``/``info``) is cached for ``metadata_ttl`` seconds, and no answer is older
+than that (the target's own listing cache is bypassed past it; the kernel's attribute and
+entry caches time out within it). An open handle reads the version it opened: its range
+reads are pinned to that version (:mod:`aicache.datacache.version`), and once the remote no
+longer holds it a read fails with ESTALE, never with bytes of another version.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from typing import Any
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, RemoteReadError
 from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.version import VersionGone
 
 log = logging.getLogger("aicache.fuse")
 
@@ -431,8 +435,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
     def __init__(self, engine_factory: Callable[[], CacheEngine], target: Any, root: str,
                  metadata_ttl: float = 60.0, on_init: Callable[[CacheEngine], None] | None = None,
                  mountpoint: str | None = None, readahead_kb: int = 0,
-                 splice_bytes: int = 0) -> None:
+                 splice_bytes: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self._factory = engine_factory
+        self._clock = clock
         #: the read request cap when replies are spliced (``read_buf``); 0: no splicing
         self.splice_bytes = splice_bytes if splice_supported() else 0
         self._fds = _FdLedger()
@@ -494,11 +499,12 @@ class CacheFuse(Operations):  # type: ignore[misc]
         return self.root + path if path != "/" else self.root
 
     def _attr(self, path: str) -> dict[str, Any] | None:
-        now = time.monotonic()
+        now = self._clock()
         hit = self._attrs.get(path)  # a dict read is atomic: no lock
         if self._fresh(hit, now):
             return hit[0]  # type: ignore[index]
         try:
+            self.target.invalidate_cache(self._remote_path(path))  # its listings never expire
             info = self.target.info(self._remote_path(path))
         except FileNotFoundError:
             info = None
@@ -512,7 +518,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
 
     def attr_fresh(self, path: str) -> bool:
         """Whether :meth:`getattr` of ``path`` answers from the metadata cache (no remote)."""
-        return self._fresh(self._attrs.get(path), time.monotonic())
+        return self._fresh(self._attrs.get(path), self._clock())
 
     def _fresh(self, hit: tuple[dict[str, Any] | None, float] | None, now: float) -> bool:
         return hit is not None and now - hit[1] < self.ttl
@@ -572,15 +578,17 @@ class CacheFuse(Operations):  # type: ignore[misc]
         return st
 
     def readdir(self, path: str, fh: int) -> list[str]:
+        remote = self._remote_path(path)
+        # the entries' attributes are as old as the target's cached listing may be
+        since = self.engine.target_cache_since(remote) if self.engine is not None else self._clock()
         try:
-            entries = self.target.ls(self._remote_path(path), detail=True)
+            entries = self.target.ls(remote, detail=True)
         except FileNotFoundError as exc:
             raise FuseOSError(errno.ENOENT) from exc
         except Exception as exc:  # noqa: BLE001
             log.warning("readdir %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
         names = [".", ".."]
-        now = time.monotonic()
         base = path.rstrip("/")
         with self._lock:
             for e in entries:
@@ -588,7 +596,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
                 if not name:
                     continue
                 names.append(name)
-                self._attrs[f"{base}/{name}"] = (self._stat(e), now)
+                self._attrs[f"{base}/{name}"] = (self._stat(e), since)
         return names
 
     def open(self, path: str, flags: int) -> int:
@@ -601,6 +609,10 @@ class CacheFuse(Operations):  # type: ignore[misc]
             raise FuseOSError(errno.ENOENT if isinstance(exc, FileNotFoundError) else errno.EISDIR) from exc
         except OSError as exc:
             raise FuseOSError(errno.EIO) from exc
+        hit = self._attrs.get(path)
+        if hit is not None and hit[0] is not None and hit[0]["st_size"] != meta.size:
+            with self._lock:  # the attributes predate the version this open reads
+                self._attrs.pop(path, None)
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -630,6 +642,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
         except RemoteReadError as exc:
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
+        except VersionGone as exc:
+            log.warning("read %s: %s", path, exc)
+            raise FuseOSError(errno.ESTALE) from exc
 
     def read_into(self, path: str, buf: memoryview, offset: int, fh: int) -> int:
         """:meth:`read` into the kernel reply buffer ``buf`` (see :class:`_ZeroCopyFUSE`):
@@ -645,6 +660,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
             except RemoteReadError as exc:
                 log.error("read %s: %s", path, exc)
                 raise FuseOSError(errno.EIO) from exc
+            except VersionGone as exc:
+                log.warning("read %s: %s", path, exc)
+                raise FuseOSError(errno.ESTALE) from exc
         data = self.read(path, end - offset, offset, fh)  # spans blocks: assembled by the engine
         buf[:len(data)] = data
         return len(data)
@@ -673,6 +691,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
             if isinstance(exc, RemoteReadError):
                 log.error("read %s: %s", path, exc)
                 raise FuseOSError(errno.EIO) from exc
+            if isinstance(exc, VersionGone):
+                log.warning("read %s: %s", path, exc)
+                raise FuseOSError(errno.ESTALE) from exc
             raise
         return out
 
@@ -812,7 +833,10 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         bs = params.block_size if params is not None else EngineParams().block_size
         readahead_kb = min(16384, max(128, bs // 1024))
     splice_bytes = splice_request_bytes() if splice_supported() else 0
-    ops = CacheFuse(factory, target, root, params.metadata_ttl_s if params else 60.0, on_init,
+    ttl = params.metadata_ttl_s if params else EngineParams().metadata_ttl_s
+    # the kernel's attribute/entry caches must not outlive the metadata TTL
+    kernel_ttl = min(fuse_ll.DEFAULT_TIMEOUT_S, ttl)
+    ops = CacheFuse(factory, target, root, ttl, on_init,
                     mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb,
                     splice_bytes=splice_bytes)
     try:
@@ -831,8 +855,9 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         if lowlevel:
             fuse_ll.LowLevelSession(ops, mountpoint, foreground=foreground,
                                     kernel_cache=kernel_cache, direct_io=direct_io,
-                                    max_read=ops.splice_bytes).run()
+                                    max_read=ops.splice_bytes, timeout_s=kernel_ttl).run()
             return
+        opts.update(attr_timeout=kernel_ttl, entry_timeout=kernel_ttl, negative_timeout=0)
         if LIBFUSE_MAJOR >= 3:
             # a fixed pool: threads are never retired (see keep_thread_state); setting
             # max_idle_threads also silences libfuse 3.14's warning about its unset default

@@ -78,6 +78,8 @@ class EngineMetrics:
         self.enospc = c("enospc", "blocks not stored because the local disk was full")
         self.remote_retries = c("remote_retries", "remote requests retried")
         self.remote_errors = c("remote_errors", "remote reads that failed after all retries")
+        self.versions_gone = c("versions_gone", "range reads refused because the version an open "
+                               "file reads was overwritten or deleted on the remote")
         self.policy_errors = c("policy_errors", "policy calls that raised (the read went on)")
         self.fuse_inline = c("fuse_inline_replies",
                              "FUSE requests answered at once by the session thread (low-level mount)")

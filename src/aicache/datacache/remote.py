@@ -78,6 +78,9 @@ class SlowFileSystem(AbstractFileSystem):
         self._request()
         return self.fs.info(path, **kwargs)
 
+    def invalidate_cache(self, path: str | None = None) -> None:
+        self.fs.invalidate_cache(path)
+
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
                  **kwargs: Any) -> bytes:
         size = self.fs.info(path)["size"] if start is None or end is None else end - start

@@ -1,0 +1,247 @@
+"""A remote file's *version*: the identity its cached blocks are keyed by, and the reads
+pinned to it.
+
+Every place that turns target metadata into a version (the engine's stat and listings,
+the fsspec filesystem, the FUSE mount) goes through the :class:`VersionScheme` of the
+target's protocol, chosen from :data:`SCHEMES` by :func:`scheme_for`:
+
+========  =====================================  ==========================================
+scheme    version (the block key's ``version``)  a pinned range read
+========  =====================================  ==========================================
+``s3``    the ETag                               ``VersionId`` when known, else ``If-Match``
+``gcs``   the generation (else the md5/etag)     plain read, then the generation re-checked
+``http``  ETag, else Last-Modified + size        ``If-Match`` / ``If-Unmodified-Since``
+``local`` inode, size, mtime_ns, ctime_ns        ``fstat`` checked before and after ``pread``
+generic   ETag/generation if given, else         plain read (no pinning)
+          mtime + size
+========  =====================================  ==========================================
+
+Invariants: the same object state gives the same version whichever call described it (a
+listing entry or a stat), so cached blocks are shared by every path into the cache and by
+every process; a new write gives a new version (S3 and HTTP ETags change with the bytes; a
+local rewrite changes ``ctime_ns`` even when ``cp -p``/``rsync -t`` restore size and mtime,
+since ``ctime`` cannot be set). A pinned read returns bytes of exactly that version or
+raises :class:`VersionGone`; so bytes of a newer version are never cached under an older
+version's key, and an open handle never mixes two versions.
+
+The S3 key is the ETag alone, not ETag + VersionId: listings (``ListObjectsV2``) carry no
+VersionId, so a key that included it would differ between a listed and a stat-ed file;
+the ETag already changes with every write of different bytes. The VersionId, when a stat
+returns one, pins the reads (:attr:`Identity.pin`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fsspec.spec import AbstractFileSystem
+
+from aicache.registry import Registry
+
+
+class VersionGone(OSError):
+    """The version an open handle reads is no longer on the remote (overwritten or
+    deleted): nothing was cached, and the handle must be reopened (ESTALE)."""
+
+    def __init__(self, path: str, version: str, why: str) -> None:
+        super().__init__(errno.ESTALE, f"{path}: version {version} is gone from the remote "
+                                       f"({why}); reopen the file to read the current version")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a version scheme makes of one metadata record."""
+
+    size: int
+    #: the block key's version: equal iff the bytes are (as far as the target can tell)
+    version: str
+    #: what a pinned read asks the remote for, when it is not the version itself
+    #: (an S3 VersionId); "" when there is none
+    pin: str = ""
+
+
+class VersionScheme:
+    """How one kind of target names versions and reads a range of one version."""
+
+    name: ClassVar[str] = "generic"
+    #: whether :meth:`read` checks the version (False: a plain read, best effort)
+    pinned: ClassVar[bool] = False
+
+    def identify(self, info: Mapping[str, Any]) -> Identity:
+        """The identity described by ``info`` (an ``info()`` or ``ls(detail=True)`` entry)."""
+        for k in ("ETag", "etag", "generation", "md5Hash", "VersionId"):
+            v = info.get(k)
+            if v:
+                return Identity(int(info["size"]), f"{k}:{str(v).strip(chr(34))}")
+        mtime = info.get("mtime", info.get("LastModified", info.get("last_modified",
+                                                                    info.get("created", ""))))
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        return Identity(int(info["size"]), f"m:{mtime}:{info.get('size')}")
+
+    def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
+             end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``version`` of ``path`` (``pin``: its
+        :attr:`Identity.pin`); raises
+        :class:`VersionGone` when that version is no longer there (pinned schemes)."""
+        return bytes(fs.cat_file(path, start=start, end=end))
+
+
+class LocalScheme(VersionScheme):
+    """Local files: (inode, size, mtime_ns, ctime_ns) from a ``stat`` of the path (the
+    fsspec entry's float times are too coarse to tell two writes a microsecond apart)."""
+
+    name = "local"
+    pinned = True
+
+    @staticmethod
+    def of_stat(st: os.stat_result) -> Identity:
+        return Identity(st.st_size, f"local:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+
+    def identify(self, info: Mapping[str, Any]) -> Identity:
+        return self.of_stat(os.stat(info["name"]))
+
+    def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
+             end: int) -> bytes:
+        fd = os.open(fs._strip_protocol(path), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            # the descriptor pins the inode (a rename over the path does not change it); an
+            # in-place write changes its mtime/ctime, seen by the second check
+            if self.of_stat(os.fstat(fd)).version != version:
+                raise VersionGone(path, version, "the file was rewritten")
+            data = os.pread(fd, end - start, start)
+            if self.of_stat(os.fstat(fd)).version != version:
+                raise VersionGone(path, version, "the file changed while being read")
+        finally:
+            os.close(fd)
+        return data
+
+
+class S3Scheme(VersionScheme):
+    """S3 (s3fs): the ETag; reads pinned by VersionId when known, else ``If-Match``."""
+
+    name = "s3"
+    pinned = True
+
+    def identify(self, info: Mapping[str, Any]) -> Identity:
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        vid = info.get("VersionId")
+        pin = str(vid) if vid and vid != "null" else ""
+        if not etag:  # not from S3 itself (a gateway without ETags): what the target gives
+            return VersionScheme.identify(self, info)
+        return Identity(int(info["size"]), f"etag:{etag}", pin)
+
+    def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
+             end: int) -> bytes:
+        if not version.startswith("etag:"):
+            return VersionScheme.read(self, fs, path, version, pin, start, end)
+        from fsspec.asyn import sync
+
+        bucket, key, _ = fs.split_path(path)  # type: ignore[attr-defined]
+        cond = {"VersionId": pin} if pin else {"IfMatch": '"' + version[5:] + '"'}
+
+        async def get() -> bytes:
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,  # type: ignore[attr-defined]
+                                     Range=f"bytes={start}-{end - 1}", **cond)
+            try:
+                return bytes(await resp["Body"].read())
+            finally:
+                resp["Body"].close()
+
+        try:
+            return sync(fs.loop, get)  # type: ignore[attr-defined]
+        except FileNotFoundError as exc:  # NoSuchKey / NoSuchVersion
+            raise VersionGone(path, version, "deleted") from exc
+        except OSError as exc:
+            if _precondition_failed(exc):
+                raise VersionGone(path, version, "overwritten") from exc
+            raise
+
+
+class GCSScheme(VersionScheme):
+    """GCS (gcsfs): the generation; a read is followed by a metadata check of it."""
+
+    name = "gcs"
+    pinned = True
+
+    def identify(self, info: Mapping[str, Any]) -> Identity:
+        gen = info.get("generation")
+        if gen:
+            return Identity(int(info["size"]), f"gen:{gen}")
+        return VersionScheme.identify(self, info)
+
+    def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
+             end: int) -> bytes:
+        data = bytes(fs.cat_file(path, start=start, end=end))
+        fs.invalidate_cache(path)
+        try:
+            now = self.identify(fs.info(path))
+        except FileNotFoundError as exc:
+            raise VersionGone(path, version, "deleted") from exc
+        if now.version != version:  # the bytes may be the new generation's
+            raise VersionGone(path, version, "overwritten")
+        return data
+
+
+class HTTPScheme(VersionScheme):
+    """HTTP(S): the ETag, else Last-Modified + size; reads carry the matching precondition."""
+
+    name = "http"
+    pinned = True
+
+    def identify(self, info: Mapping[str, Any]) -> Identity:
+        etag = info.get("ETag") or info.get("etag")
+        if etag:
+            return Identity(int(info["size"]), f"etag:{str(etag).strip(chr(34))}")
+        lm = info.get("Last-Modified") or info.get("last_modified") or ""
+        return Identity(int(info["size"]), f"lm:{lm}:{info['size']}")
+
+    def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
+             end: int) -> bytes:
+        v = version
+        if v.startswith("etag:"):
+            headers = {"If-Match": '"' + v[5:] + '"'}
+        elif v.startswith("lm:") and v.count(":") >= 2 and v[3:].rsplit(":", 1)[0]:
+            headers = {"If-Unmodified-Since": v[3:].rsplit(":", 1)[0]}
+        else:
+            headers = {}
+        try:
+            return bytes(fs.cat_file(path, start=start, end=end, headers=headers))
+        except FileNotFoundError as exc:
+            raise VersionGone(path, v, "deleted") from exc
+        except Exception as exc:  # noqa: BLE001 - aiohttp's error type, not imported here
+            if getattr(exc, "status", None) == 412:
+                raise VersionGone(path, v, "overwritten") from exc
+            raise
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """Whether s3fs's translated error came from a 412 PreconditionFailed."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        resp = getattr(e, "response", None)
+        if isinstance(resp, dict) and (resp.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+                                       or resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412):
+            return True
+    return "PreconditionFailed" in str(exc) or "Precondition Failed" in str(exc)
+
+
+#: version schemes by name; :data:`PROTOCOLS` says which one a protocol uses
+SCHEMES: Registry[Callable[[], VersionScheme]] = Registry("version scheme")
+for _cls in (VersionScheme, LocalScheme, S3Scheme, GCSScheme, HTTPScheme):
+    SCHEMES.register(_cls.name, _cls)
+
+PROTOCOLS: dict[str, str] = {"file": "local", "local": "local", "s3": "s3", "s3a": "s3",
+                             "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
+
+
+def scheme_for(fs: AbstractFileSystem) -> VersionScheme:
+    """The version scheme of ``fs``'s protocol (generic for any other target)."""
+    protos = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    for p in protos:
+        if p in PROTOCOLS:
+            return SCHEMES.get(PROTOCOLS[p])()
+    return SCHEMES.get("generic")()

@@ -1,0 +1,311 @@
+"""Consistency with the remote: what a long-lived engine, fsspec filesystem and FUSE mount
+see after the remote changes (README, "Consistency").
+
+Real components: moto's S3 server on loopback (with s3fs's own listing cache on, as users
+run it), real local files, real FUSE mounts. Time is an injected clock or an explicit
+``metadata_ttl`` of 0: no test sleeps for a TTL to pass.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import fsspec
+import pytest
+from s3fixtures import s3, s3_mount_options, start_mount, stop_mount  # noqa: F401
+
+from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.fs import AICacheFileSystem
+from aicache.datacache.fuse import fuse_available
+from aicache.datacache.remote import S3Server, SlowFileSystem
+from aicache.datacache.store import BlockKey
+
+BLOCK = 64 * 1024
+BUCKET = "aicache-consistency"
+
+needs_fuse = pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def s3fs_with_listing_cache(server: S3Server):
+    """s3fs as users get it: listings cached (``use_listings_cache`` left on)."""
+    opts = dict(server.storage_options)
+    opts.pop("use_listings_cache")
+    return fsspec.filesystem("s3", **opts)
+
+
+def rand(seed: int, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+@pytest.fixture()
+def prefix(s3: S3Server, request: pytest.FixtureRequest) -> str:  # noqa: F811
+    fs = s3.filesystem()
+    if not fs.exists(BUCKET):
+        fs.mkdir(BUCKET)
+    return f"{BUCKET}/" + "".join(c if c.isalnum() else "-" for c in request.node.name)  # no globs
+
+
+def engine(target, cache_dir: Path, ttl: float, **kw) -> CacheEngine:
+    return CacheEngine(target, str(cache_dir), 64 << 20, policy="lru",
+                       params=EngineParams(block_size=BLOCK, metadata_ttl_s=ttl), **kw)
+
+
+# -- S3 through the engine and the fsspec filesystem --------------------------------------
+def test_s3_overwrite_is_seen_after_the_ttl(s3: S3Server, prefix: str, tmp_path: Path) -> None:  # noqa: F811
+    remote = s3fs_with_listing_cache(s3)
+    path = f"{prefix}/a.bin"
+    old, new = rand(1, 3 * BLOCK), rand(2, 3 * BLOCK)
+    remote.pipe_file(path, old)
+    with engine(remote, tmp_path / "c0", ttl=0.0) as e:  # TTL 0: every stat asks
+        assert e.read(path) == old
+        s3.filesystem().pipe_file(path, new)  # another writer
+        assert e.read(path) == new
+    s3.filesystem().pipe_file(path, old)
+    clock = Clock()
+    with engine(remote, tmp_path / "c", ttl=30.0, clock=clock) as e:
+        assert e.read(path) == old
+        s3.filesystem().pipe_file(path, new)
+        assert e.read(path) == old  # within the TTL: the metadata (and blocks) it has
+        clock.t += 30.0
+        assert e.read(path) == new
+        assert e.read(path, BLOCK + 5, 100) == new[BLOCK + 5:BLOCK + 105]
+
+
+def test_s3_delete_and_new_object_are_seen(s3: S3Server, prefix: str, tmp_path: Path) -> None:  # noqa: F811
+    remote = s3fs_with_listing_cache(s3)
+    gone, born = f"{prefix}/gone.bin", f"{prefix}/born.bin"
+    remote.pipe_file(gone, rand(3, BLOCK + 7))
+    remote.pipe_file(f"{prefix}/stay.bin", b"x")
+    fs = AICacheFileSystem(fs=remote, cache_dir=str(tmp_path / "c"), cache_size="64MiB",
+                           block_size=BLOCK, policy="lru", metadata_ttl=0.0, skip_instance_cache=True)
+    try:
+        assert fs.cat_file(gone) == rand(3, BLOCK + 7)
+        assert sorted(fs.ls(prefix, detail=False)) == sorted([gone, f"{prefix}/stay.bin"])
+        other = s3.filesystem()
+        other.rm(gone)
+        other.pipe_file(born, rand(4, 2 * BLOCK))
+        with pytest.raises(FileNotFoundError):
+            fs.cat_file(gone)
+        with pytest.raises(FileNotFoundError):
+            fs.open(gone)
+        assert not fs.exists(gone)
+        assert fs.cat_file(born) == rand(4, 2 * BLOCK)
+        assert sorted(fs.ls(prefix, detail=False)) == sorted([born, f"{prefix}/stay.bin"])
+        assert sorted(fs.find(prefix)) == sorted([born, f"{prefix}/stay.bin"])
+        assert fs.info(born)["size"] == 2 * BLOCK
+    finally:
+        fs.close()
+
+
+def test_s3_open_file_never_mixes_versions(s3: S3Server, prefix: str, tmp_path: Path) -> None:  # noqa: F811
+    remote = s3fs_with_listing_cache(s3)
+    path = f"{prefix}/span.bin"
+    old, new = rand(5, 4 * BLOCK), rand(6, 4 * BLOCK)  # same size: only the version tells
+    remote.pipe_file(path, old)
+    fs = AICacheFileSystem(fs=remote, cache_dir=str(tmp_path / "c"), cache_size="64MiB",
+                           block_size=BLOCK, policy="lru", metadata_ttl=0.0, skip_instance_cache=True)
+    try:
+        f = fs.open(path)
+        old_version = f.meta.version
+        assert f.read(BLOCK) == old[:BLOCK]
+        s3.filesystem().pipe_file(path, new)
+        with pytest.raises(OSError) as err:
+            f.read()  # blocks 1..3 of the old version are gone from the remote
+        assert err.value.errno == errno.ESTALE
+        for i in range(4):  # nothing of the new version is stored under the old key
+            got = fs.engine.store.get(BlockKey(path, old_version, i))
+            assert got is None or got == old[i * BLOCK:(i + 1) * BLOCK]
+        assert fs.engine.stats()["versions_gone"] >= 1
+        with fs.open(path) as g:  # a new open reads the new version whole
+            assert g.read() == new
+    finally:
+        fs.close()
+
+
+def test_s3_versioned_bucket_reads_the_opened_version_to_the_end(s3: S3Server, tmp_path: Path) -> None:  # noqa: F811
+    remote = s3fs_with_listing_cache(s3)
+    bucket = "aicache-versioned"
+    if not remote.exists(bucket):
+        remote.mkdir(bucket)
+    remote.call_s3("put_bucket_versioning", Bucket=bucket,
+                   VersioningConfiguration={"Status": "Enabled"})
+    path = f"{bucket}/v.bin"
+    old, new = rand(7, 3 * BLOCK), rand(8, 3 * BLOCK)
+    remote.pipe_file(path, old)
+    with engine(remote, tmp_path / "c", ttl=0.0) as e:
+        meta = e.stat(path)
+        assert e.read_meta(meta, 0, BLOCK) == old[:BLOCK]
+        s3.filesystem().pipe_file(path, new)
+        assert e.read_meta(meta, BLOCK) == old[BLOCK:]  # the old version is still there
+        assert e.read(path) == new
+        assert meta.pin  # its VersionId pinned those reads
+
+
+# -- local files ----------------------------------------------------------------------------
+def rewrite_keeping_size_and_mtime(p: Path, data: bytes, *, rename: bool) -> None:
+    """What ``cp -p`` (in place) or ``rsync -t`` (a temp file renamed over) leave: same
+    size, same mtime (to the nanosecond), new bytes."""
+    st = p.stat()
+    if rename:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_bytes(data)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, p)
+    else:
+        p.write_bytes(data)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = p.stat()
+    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+NEW_PROCESS = textwrap.dedent("""
+    import hashlib, sys
+    import fsspec
+    from aicache.datacache.engine import CacheEngine, EngineParams
+    path, cache, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with CacheEngine(fsspec.filesystem("file"), cache, 64 << 20, policy="lru",
+                     params=EngineParams(block_size=block)) as e:
+        print(hashlib.sha256(e.read(path)).hexdigest())
+""")
+
+
+@pytest.mark.parametrize("rename", [False, True], ids=["cp-p", "rsync-t"])
+def test_local_same_size_rewrite_with_mtime_restored_is_seen(tmp_path: Path, rename: bool) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    p = src / "shard.bin"
+    old, new = rand(9, 3 * BLOCK + 11), rand(10, 3 * BLOCK + 11)
+    p.write_bytes(old)
+    cache = tmp_path / "cache"
+    local = fsspec.filesystem("file")
+    with engine(local, cache, ttl=0.0) as e:
+        assert e.read(str(p)) == old
+        rewrite_keeping_size_and_mtime(p, new, rename=rename)
+        assert e.read(str(p)) == new
+    rewrite_keeping_size_and_mtime(p, old, rename=rename)
+    with engine(local, cache, ttl=60.0) as e:  # the old version's blocks are still cached
+        assert e.read(str(p)) == old
+    rewrite_keeping_size_and_mtime(p, new, rename=rename)
+    out = subprocess.run([sys.executable, "-c", NEW_PROCESS, str(p), str(cache), str(BLOCK)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == hashlib.sha256(new).hexdigest()
+
+
+def test_local_file_rewritten_while_open_fails_the_read(tmp_path: Path) -> None:
+    p = tmp_path / "f.bin"
+    old, new = rand(11, 3 * BLOCK), rand(12, 3 * BLOCK)
+    p.write_bytes(old)
+    with engine(fsspec.filesystem("file"), tmp_path / "c", ttl=0.0) as e:
+        meta = e.stat(str(p))
+        assert e.read_meta(meta, 0, BLOCK) == old[:BLOCK]
+        rewrite_keeping_size_and_mtime(p, new, rename=False)
+        with pytest.raises(OSError) as err:
+            e.read_meta(meta, BLOCK, BLOCK)
+        assert err.value.errno == errno.ESTALE
+        assert e.store.get(BlockKey(meta.path, meta.version, 1)) is None
+        assert e.read(str(p)) == new
+
+
+def test_a_hit_within_the_ttl_asks_the_remote_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "x.bin").write_bytes(rand(13, 2 * BLOCK))
+    remote = SlowFileSystem(fs=fsspec.filesystem("file"))
+    clock = Clock()
+    with engine(remote, tmp_path / "c", ttl=10.0, clock=clock) as e:
+        path = str(src / "x.bin")
+        assert e.read(path) == rand(13, 2 * BLOCK)
+        before = remote.requests
+        for _ in range(5):
+            assert e.read(path) == rand(13, 2 * BLOCK)
+        assert remote.requests == before
+        clock.t += 10.0  # past the TTL: one stat, no block fetch (same version)
+        assert e.read(path) == rand(13, 2 * BLOCK)
+        assert remote.requests == before + 1
+
+
+# -- a real FUSE mount ----------------------------------------------------------------------
+@needs_fuse
+@pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
+def test_mount_sees_overwrite_delete_and_new_objects(s3: S3Server, prefix: str,  # noqa: F811
+                                                     tmp_path: Path, api: str) -> None:
+    from aicache.datacache import fuse_ll
+
+    if api == "lowlevel" and not fuse_ll.supported():
+        pytest.skip("the low-level driver needs libfuse 3 before 3.17")
+    remote = s3.filesystem()
+    a, gone, born = f"{prefix}/a.bin", f"{prefix}/gone.bin", f"{prefix}/born.bin"
+    remote.pipe_file(a, rand(20, 2 * BLOCK + 3))
+    remote.pipe_file(gone, b"bye")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(f"s3://{prefix}", str(mnt), str(tmp_path / "c"), "--cache-size", "64MiB",
+                       "--block-size", str(BLOCK), "--policy", "lru", "--metadata-ttl", "0",
+                       "--fuse-api", api, *s3_mount_options(s3))
+    try:
+        assert sorted(os.listdir(mnt)) == ["a.bin", "gone.bin"]
+        assert (mnt / "a.bin").read_bytes() == rand(20, 2 * BLOCK + 3)
+        assert (mnt / "gone.bin").read_bytes() == b"bye"
+        remote.pipe_file(a, rand(21, 3 * BLOCK))  # overwritten, and larger
+        remote.rm(gone)
+        remote.pipe_file(born, rand(22, BLOCK))
+        assert sorted(os.listdir(mnt)) == ["a.bin", "born.bin"]
+        assert os.stat(mnt / "a.bin").st_size == 3 * BLOCK
+        assert (mnt / "a.bin").read_bytes() == rand(21, 3 * BLOCK)
+        assert (mnt / "born.bin").read_bytes() == rand(22, BLOCK)
+        with pytest.raises(FileNotFoundError):
+            (mnt / "gone.bin").read_bytes()
+
+        # an open handle reads the version it opened, or fails: never a mix
+        remote.pipe_file(a, rand(23, 3 * BLOCK))
+        fd = os.open(mnt / "a.bin", os.O_RDONLY | os.O_DIRECT)
+        try:
+            assert os.pread(fd, BLOCK, 0) == rand(23, 3 * BLOCK)[:BLOCK]
+            remote.pipe_file(a, rand(24, 3 * BLOCK))
+            with pytest.raises(OSError) as err:
+                os.pread(fd, BLOCK, 2 * BLOCK)  # not cached: the opened version is gone
+            assert err.value.errno == errno.ESTALE
+            assert os.pread(fd, BLOCK, 0) == rand(23, 3 * BLOCK)[:BLOCK]  # cached: still served
+        finally:
+            os.close(fd)
+        assert (mnt / "a.bin").read_bytes() == rand(24, 3 * BLOCK)
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0
+
+
+@needs_fuse
+def test_mount_sees_a_local_same_size_rewrite(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    p = src / "x.bin"
+    p.write_bytes(rand(30, 2 * BLOCK))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / "c"), "--cache-size", "64MiB",
+                       "--block-size", str(BLOCK), "--policy", "lru", "--metadata-ttl", "0")
+    try:
+        assert (mnt / "x.bin").read_bytes() == rand(30, 2 * BLOCK)
+        rewrite_keeping_size_and_mtime(p, rand(31, 2 * BLOCK), rename=False)
+        assert (mnt / "x.bin").read_bytes() == rand(31, 2 * BLOCK)
+    finally:
+        rc = stop_mount(proc, str(mnt))
+    assert rc == 0
