@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from aicache.errors import BadInput
+
+#: the largest size any option takes (2**63 - 1: what a signed 64-bit integer — SQLite's
+#: and numpy's int64 — holds); larger ones are a typo, never a budget
+MAX_SIZE = (1 << 63) - 1
 
 _UNITS = {
     "": 1, "b": 1,
@@ -23,7 +28,7 @@ def parse_size(text: str | int | float, *, total: int | None = None, what: str =
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
             raise BadInput(f"{what} {text!r} is negative; give a positive size")
-        return int(text)
+        return _bounded(text, text, what)
     s = str(text).strip()
     if s.endswith("%"):
         try:
@@ -34,11 +39,19 @@ def parse_size(text: str | int | float, *, total: int | None = None, what: str =
             raise BadInput(f"{what} {text!r}: a percentage needs a known working set; give an absolute size")
         if pct < 0:
             raise BadInput(f"{what} {text!r} is negative; give a positive size")
-        return int(total * pct / 100.0)
+        return _bounded(total * pct / 100.0, text, what)
     m = _SIZE.match(s)
     if not m or m.group(2).lower() not in _UNITS:
         raise BadInput(f"{what} {text!r} is not a size; use e.g. 4GiB, 512MiB, 1000 or 10%")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    num, unit = m.group(1), _UNITS[m.group(2).lower()]
+    return _bounded(int(num) * unit if num.isdigit() else float(num) * unit, text, what)
+
+
+def _bounded(value: float, text: object, what: str) -> int:
+    if (isinstance(value, float) and not math.isfinite(value)) or value > MAX_SIZE:
+        raise BadInput(f"{what} {text!r} is too large (the largest size is 2**63-1 bytes, 8 EiB); "
+                       "give e.g. 4GiB")
+    return int(value)
 
 
 _DUR = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

@@ -10,7 +10,11 @@ checksum``; ``verify`` → ``cache_dir, checked, bad, missing, orphans, removed,
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
 from typing import Any
+
+from aicache.errors import BadInput
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -29,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from aicache.cli.output import emit
     from aicache.datacache.store import BlockStore
 
+    check_cache_dir(args.cache_dir)
     store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
     try:
         out: dict[str, Any]
@@ -46,3 +51,31 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "verify" and not out["clean"]:
         return 1
     return 0
+
+
+def check_cache_dir(path: str) -> None:
+    """Refuse, with the real reason, what the store cannot open: a directory this user
+    cannot write (every action takes the store's lock and may update its index), and an
+    index whose recorded block size is not a positive number (no engine writes one)."""
+    index = os.path.join(path, "index.sqlite")
+    if os.path.isdir(path) and os.path.isfile(index) and not os.access(path, os.W_OK):
+        raise BadInput(f"--cache-dir {path!r} is read-only for this user; aicache cache takes "
+                       "the cache's lock, so run it as the cache's owner or on a writable mount")
+    try:
+        db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT v FROM meta WHERE k = 'block_size'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return  # no index, or a damaged one: the store reports or rebuilds it
+    if row is None:
+        return
+    try:
+        ok = int(row[0]) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise BadInput(f"--cache-dir {path!r}: its index records block size {row[0]!r}, which no "
+                       "cache writes (a damaged index); remove the directory (it only holds "
+                       "cached copies) and let the next mount rebuild it")

@@ -8,9 +8,12 @@ then unmounts cleanly. Remote options: ``-o endpoint_url=http://…`` (S3 endpoi
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
+import socket
+import stat
 from typing import Any
 
 from aicache.errors import BadInput
@@ -73,6 +76,38 @@ def check_cache_dir(path: str) -> None:
     except OSError as exc:
         raise BadInput(f"--cache-dir {path!r} is not a writable directory ({exc.strerror}); "
                        "give a directory on a local disk") from None
+
+
+def check_mountpoint(path: str) -> None:
+    """MOUNTPOINT must be a directory; a dead FUSE mount there (its daemon gone, every
+    access ENOTCONN) is named as such, with the command that clears it."""
+    mp = os.path.abspath(path)
+    try:
+        st = os.stat(mp)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise BadInput(f"MOUNTPOINT {path!r} is a stale FUSE mount (its process is gone); "
+                           f"run fusermount3 -u {mp} and mount again") from None
+        raise BadInput(f"MOUNTPOINT {path!r} is not an existing directory ({exc.strerror}); "
+                       "create it first") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"MOUNTPOINT {path!r} is not a directory; give an empty directory")
+
+
+def check_metrics_port(port: int, addr: str = "127.0.0.1") -> None:
+    """``--metrics-port`` is a TCP port this process can listen on (checked by binding it,
+    as the metrics server will, with SO_REUSEADDR)."""
+    if not 1 <= port <= 65535:
+        raise BadInput(f"--metrics-port {port} is not a TCP port; give one in 1-65535, e.g. 9100")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+    except OSError as exc:
+        raise BadInput(f"--metrics-port {port} cannot be served on {addr} ({exc.strerror}); "
+                       "give a free port") from None
+    finally:
+        s.close()
 
 
 def remote_options(pairs: list[str]) -> dict[str, Any]:
@@ -152,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
     from aicache.datacache.fuse import fuse_available, mount
 
     mp = os.path.abspath(args.mountpoint)
-    if not os.path.isdir(mp):
-        raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is not an existing directory; create it first")
+    check_mountpoint(args.mountpoint)
+    if args.metrics_port is not None:
+        check_metrics_port(args.metrics_port)  # before detaching: a background mount is silent
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)

@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
                    prefetch=args.prefetch, seed=args.seed, fmt=args.format, skip_bad=args.skip_bad)
     if res.bad_records:
         print(f"aicache: skipped {res.bad_records} malformed record(s) in {res.trace}", file=sys.stderr)
+    if res.zero_size_skipped:
+        print(f"aicache: skipped {res.zero_size_skipped} request(s) of obj_size 0 in {res.trace}, "
+              "as libCacheSim's reader does", file=sys.stderr)
     if args.json:
         emit(res.to_dict(), as_json=True)
     else:

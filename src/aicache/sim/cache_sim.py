@@ -91,6 +91,8 @@ class CacheSimResult:
     prefetched: int = 0
     prefetch_hits: int = 0
     bad_records: int = 0
+    #: requests of size 0 the trace's reader skipped (oracle-general, as libCacheSim does)
+    zero_size_skipped: int = 0
     scan_seconds: float = 0.0
     seed: int = 0
 
@@ -202,6 +204,10 @@ def simulate(
               need_future=bool(getattr(policy_cls, "needs_future", False)), batch_size=batch_size,
               retain_bytes=RETAIN_BYTES)
     bad_records = src.bad_records
+    if ws.requests == 0 and src.zero_size_records:
+        raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
+                       "have obj_size 0, which libCacheSim's reader skips and so does this one; "
+                       "write the trace with the objects' sizes")
     if ws.requests == 0:
         raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
     cap = resolve_cache_size(cache_size, ws, size_mode, src.path)
@@ -231,7 +237,7 @@ def simulate(
         requests_per_second=st.requests / wall if wall > 0 else 0.0,
         format=src.format, working_set=ws.size(size_mode), evictions=st.evictions,
         prefetched=prefetched, prefetch_hits=prefetch_hits, bad_records=bad_records,
-        scan_seconds=t_scan, seed=seed,
+        zero_size_skipped=src.zero_size_records, scan_seconds=t_scan, seed=seed,
     )
 
 

@@ -91,7 +91,10 @@ def detect_format(path: str) -> str:
         raise BadInput(f"{path}: JSON lines without hash_ids are not a known KV trace format; "
                        "pass --format")
     if "," in first:
-        header = next(csv.reader([first]))
+        try:
+            header = next(csv.reader([first]))
+        except csv.Error:  # a field over csv's limit: the reader names the record
+            return "lcs-csv"
         return "block-csv" if is_block_csv(header) else "lcs-csv"
     return "lcs-txt"
 

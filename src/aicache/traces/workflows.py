@@ -305,9 +305,45 @@ def _spec(name: str, variant: str | None) -> WorkflowSpec:
     return spec
 
 
-def _check_scale(scale: float) -> None:
+#: bytes of memory planning a workload takes per file and per block of its dataset (the
+#: path, size and block-range entries; measured peak ~216 B per file, rounded up)
+PLAN_BYTES_PER_FILE = 256
+PLAN_BYTES_PER_BLOCK = 32
+
+
+def plan_bytes(spec: WorkflowSpec, scale: float, block_size: int = BLOCK_SIZE) -> float:
+    """Memory that planning ``spec`` at ``scale`` needs (files and blocks are counted
+    before anything is allocated)."""
+    total = spec.dataset_gib * GiB * scale
+    files = total / (spec.file_mean + spec.pair_mean) * (2 if spec.pair_mean else 1)
+    blocks = total / block_size + files
+    return files * PLAN_BYTES_PER_FILE + blocks * PLAN_BYTES_PER_BLOCK
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int = BLOCK_SIZE,
+                 memory: int | None = None) -> None:
+    """A positive finite scale whose plan fits in this machine's memory (``memory``:
+    physical memory, by default read from the OS)."""
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise BadInput(f"--scale {scale!r} must be a positive number, e.g. 0.05 or 1.0")
+    if spec is None:
+        return
+    memory = physical_memory() if memory is None else memory
+    need = plan_bytes(spec, scale, block_size)
+    if memory is not None and need > memory:
+        from aicache.units import format_bytes
+
+        most = memory / plan_bytes(spec, 1.0, block_size)
+        raise BadInput(f"--scale {scale:g} makes {spec.id} a {format_bytes(spec.dataset_gib * GiB * scale)} "
+                       f"dataset whose plan needs ~{format_bytes(need)} of memory, more than this "
+                       f"machine's {format_bytes(memory)}; give at most --scale {most:.3g}")
 
 
 def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
@@ -315,7 +351,7 @@ def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
     """Generate workload ``name`` (W1..W3, T1..T6; optionally a :data:`VARIANTS` variant)
     as an in-memory block trace."""
     spec = _spec(name, variant)
-    _check_scale(scale)
+    _check_scale(scale, spec, block_size)
     ds = build_dataset(spec, scale, seed, block_size)
     starts, ends = _items(spec, ds)
     rng = np.random.default_rng([seed, 2])
@@ -401,7 +437,7 @@ def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int 
                   variant: str | None = None) -> WorkflowStream:
     """Workload ``name`` as a :class:`WorkflowStream` (for traces too large to hold)."""
     spec = _spec(name, variant)
-    _check_scale(scale)
+    _check_scale(scale, spec, block_size)
     ds = build_dataset(spec, scale, seed, block_size)
     starts, ends = _items(spec, ds)
     lens = ends - starts

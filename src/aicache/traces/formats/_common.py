@@ -16,7 +16,7 @@ import hashlib
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
-from typing import BinaryIO, ClassVar, Union
+from typing import Any, BinaryIO, ClassVar, Union
 
 import numpy as np
 
@@ -106,15 +106,46 @@ def open_text(path: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors="replace")
 
 
-def read_header(f: io.TextIOWrapper) -> tuple[int, list[str] | None]:
+#: the longest field the csv module reads (its default ``field_size_limit``, 128 KiB);
+#: no trace field (an id, a unit name) comes near it, so a longer one is a wrong file
+FIELD_LIMIT = csv.field_size_limit()
+_TOO_LONG = (f"a field longer than {FIELD_LIMIT} bytes ({FIELD_LIMIT // 1024} KiB), the most a "
+             "CSV trace field may hold")
+
+
+def read_header(f: io.TextIOWrapper, path: str) -> tuple[int, list[str] | None]:
     """Skip blank lines; the first non-blank line parsed as csv and its 1-based line number
     (``None`` at end of file)."""
     no = 0
     for line in f:
         no += 1
         if line.strip():
-            return no, next(csv.reader([line]))
+            try:
+                return no, next(csv.reader([line]))
+            except csv.Error as exc:
+                why = _TOO_LONG if "field limit" in str(exc) else str(exc)
+                raise TraceFormatError(path, no, why) from None
     return no, None
+
+
+def csv_rows(src: TraceSource, first: int, lines: list[str],
+             **fmt: Any) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) per row of ``lines`` (line ``first`` on). A row the csv module
+    rejects (a field over :data:`FIELD_LIMIT`, a NUL byte) is a bad record of ``src``:
+    raised, or counted and skipped with ``skip_bad``."""
+    reader = csv.reader(lines, **fmt)
+    no = first
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            src._bad(no, _TOO_LONG if "field limit" in str(exc) else str(exc))
+            no += 1
+            continue
+        yield no, row
+        no += 1
 
 
 def line_chunks(f: io.TextIOWrapper, first_line: int, size: int) -> Iterator[tuple[int, list[str]]]:
@@ -138,7 +169,8 @@ def split_columns(lines: list[str], width: int) -> list[list[str]] | None:
     loop — with per-row lists it costs more than the parsing itself.
     """
     text = "".join(lines)
-    if '"' in text or set(map(str.count, lines, repeat(","))) != {width - 1}:
+    if ('"' in text or set(map(str.count, lines, repeat(","))) != {width - 1}
+            or max(map(len, lines)) > FIELD_LIMIT):  # the per-row path rejects the long field
         return None
     if text.endswith("\n"):
         text = text[:-1]
@@ -165,7 +197,8 @@ class TraceSource:
     """A re-iterable trace. Subclasses implement :meth:`batches` or :meth:`requests`.
 
     ``bad_records`` counts records skipped with ``skip_bad=True`` during the *latest*
-    complete iteration (a second pass does not double it).
+    complete iteration (a second pass does not double it); ``zero_size_records`` counts
+    well-formed requests of size 0 that a format skips as libCacheSim's reader does.
     """
 
     format: ClassVar[str] = ""
@@ -176,14 +209,18 @@ class TraceSource:
         self.skip_bad = skip_bad
         self.bad_records = 0
         self._bad_now = 0
+        self.zero_size_records = 0
+        self._zero_now = 0
         self.units: list[str] = []
 
     # -- error handling ---------------------------------------------------------------
     def _start(self) -> None:
         self._bad_now = 0
+        self._zero_now = 0
 
     def _finish(self) -> None:
         self.bad_records = self._bad_now
+        self.zero_size_records = self._zero_now
 
     def _bad(self, record: int, why: str) -> None:
         """A malformed record: raise, or count it when skipping."""

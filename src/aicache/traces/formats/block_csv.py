@@ -20,7 +20,8 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import Phase, RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, first_seen_codes, fmt_time,
+from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, csv_rows,
+                                            first_seen_codes, fmt_time,
                                             line_chunks, make_batch, open_text, read_header,
                                             split_columns, u64_column)
 
@@ -51,7 +52,7 @@ class BlockCsvSource(TraceSource):
         names: list[str] = []
         self.units = names
         with open_text(self.path) as f:
-            hline, raw = read_header(f)
+            hline, raw = read_header(f, self.path)
             if raw is None:
                 self._finish()
                 return
@@ -116,8 +117,7 @@ class _Columns:
         op: list[int] = []
         bad = src._bad
         need = max(self.t, self.u, self.id, self.s)
-        for i, row in enumerate(csv.reader(lines)):
-            no = first + i
+        for no, row in csv_rows(src, first, lines):
             n = len(row)
             if n <= need:
                 if n == 0 or (n == 1 and not row[0].strip()):

@@ -26,7 +26,7 @@ import numpy as np
 from aicache.errors import BadInput
 from aicache.traces.base import NEVER, RequestBatch
 from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, fmt_time, line_chunks,
-                                            make_batch, open_text, parse_id, read_header,
+                                            csv_rows, make_batch, open_text, parse_id, read_header,
                                             split_columns, u64_column)
 
 NAME = "lcs-csv"
@@ -74,7 +74,7 @@ class LcsCsvSource(TraceSource):
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
         self._start()
         with open_text(self.path) as f:
-            hline, first = read_header(f)
+            hline, first = read_header(f, self.path)
             if first is None:
                 self._finish()
                 return
@@ -147,8 +147,7 @@ class _Columns:
         bad = src._bad
         vt = self.vt
         v = NEVER
-        for i, row in enumerate(csv.reader(lines, skipinitialspace=True)):
-            no = first + i
+        for no, row in csv_rows(src, first, lines, skipinitialspace=True):
             n = len(row)
             if n <= self.need:
                 if n == 0 or (n == 1 and not row[0].strip()):

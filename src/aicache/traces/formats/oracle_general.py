@@ -5,7 +5,9 @@ Read with numpy in chunks (a ``frombuffer`` view per chunk, no per-record Python
 ``next_access_vtime`` is normalised to ``-1`` (:data:`NEVER`) for "no next access" whether
 the file says ``-1`` or ``INT64_MAX`` (libCacheSim writes either, by tool). A malformed
 record is a truncated trailing record or a ``next_access_vtime`` below ``-1``; the record
-number is its 1-based index.
+number is its 1-based index. Requests with ``obj_size`` 0 are skipped and counted in
+``zero_size_records``, as libCacheSim's reader does by default (``ignore_size_zero_req``),
+so both replay the same requests.
 """
 
 from __future__ import annotations
@@ -28,14 +30,15 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 def plausible(head: bytes) -> bool:
     """Whether the first records of a binary file look like oracle-general: every
-    ``next_access_vtime`` is -1, INT64_MAX or a later request index, and most sizes > 0."""
+    ``next_access_vtime`` is -1, INT64_MAX or a request index below 2**48 (sizes are not
+    judged: size-0 requests are valid records, which the reader skips)."""
     n = min(len(head) // RECORD_SIZE, 4096)
     if n == 0:
         return False
     rec = np.frombuffer(head[: n * RECORD_SIZE], dtype=DTYPE)
     nxt = rec["next_access_vtime"]
     ok_next = (nxt == -1) | (nxt == _INT64_MAX) | ((nxt >= 0) & (nxt < 1 << 48))
-    return bool(ok_next.all()) and float((rec["obj_size"] > 0).mean()) >= 0.5
+    return bool(ok_next.all())
 
 
 class OracleGeneralSource(TraceSource):
@@ -57,10 +60,13 @@ class OracleGeneralSource(TraceSource):
                 nxt = rec["next_access_vtime"].astype(np.int64)
                 nxt[nxt == _INT64_MAX] = NEVER
                 bad = nxt < NEVER
+                zero = rec["obj_size"] == 0
                 if bad.any():
                     for i in np.flatnonzero(bad).tolist():
                         self._bad(base + i + 1, f"next_access_vtime {int(nxt[i])} is below -1")
-                    keep = ~bad
+                if bad.any() or zero.any():
+                    self._zero_now += int((zero & ~bad).sum())
+                    keep = ~(bad | zero)
                     rec, nxt = rec[keep], nxt[keep]
                 if len(rec):
                     yield RequestBatch(
