@@ -30,7 +30,7 @@ import numpy as np
 from aicache.kv.models import get_model
 from aicache.kv.saria import AdmissionRule, Bandwidths, KVIndexParams, Tier, TransferMode, schedule
 from aicache.kvstore.dram import DramPool
-from aicache.kvstore.ssd import BlockMeta, SlabStore
+from aicache.kvstore.ssd import BlockMeta, SlabStore, root_id
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 
 
@@ -77,7 +77,7 @@ def path_bandwidths(directory: Path, block_bytes: int, n_blocks: int,
     ssd = SlabStore(slabdir, block_bytes, n_blocks * (4096 + -(-block_bytes // 4096) * 4096))
     try:
         for s in range(n_blocks):
-            ssd.write_async(ssd.alloc(), BlockMeta("bw", s, None, 1, block_bytes), src)
+            ssd.write_async(ssd.alloc(), BlockMeta("bw", s, root_id("bw"), 1, block_bytes), src)
         ssd.drop_page_cache()
         stage = [np.ones(block_bytes, dtype=np.uint8) for _ in range(n_blocks)] if torch else dst
         t0 = time.perf_counter()

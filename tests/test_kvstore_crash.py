@@ -178,9 +178,20 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
     return r.returncode == 0
 
 
-def _full_disk_scenario(d: Path) -> None:
+def fill_disk(where: Path, leave: int) -> Path:
+    """Another writer fills the filesystem until only ``leave`` bytes are free."""
+    st = os.statvfs(where)
+    filler = where / "filler.bin"
+    with open(filler, "wb") as f:
+        f.write(bytes(max(0, st.f_bavail * st.f_frsize - leave)))
+    return filler
+
+
+def _full_disk_scenario(d: Path, mounted: bool) -> None:
     store = TieredKVStore(params(d, ssd_slots=40, dram_blocks=4, slab_bytes=4 * SLOT,
                                  admission="E1"))
+    if mounted:  # the budget fitted at open; now the disk fills behind the store's back
+        fill_disk(d.parent, 9 * SLOT)
     try:
         stored = []
         with pytest.warns(RuntimeWarning, match="SSD tier is full"):
@@ -216,13 +227,13 @@ def _full_disk_scenario(d: Path) -> None:
 
 
 def test_full_disk_stops_admissions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tmpfs smaller than the SSD budget fills up: admissions stop with a warning."""
+    """The disk fills up after the open (another writer): admissions stop with a warning."""
     mnt = tmp_path / "tmpfs"
-    if _mount_tmpfs(mnt, "1m"):  # 1 MiB < 40 slots × 68 KiB
+    if _mount_tmpfs(mnt, "4m"):  # 40 slots × 68 KiB fit at open, then the filler takes it
         try:
-            _full_disk_scenario(mnt / "kv")
+            _full_disk_scenario(mnt / "kv", True)
         finally:
-            subprocess.run(["umount", str(mnt)], check=False, timeout=20)
+            subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=20)
         return
     real = os.posix_fallocate
     calls = {"n": 0}
@@ -234,7 +245,7 @@ def test_full_disk_stops_admissions(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         real(fd, off, length)
 
     monkeypatch.setattr(os, "posix_fallocate", fallocate)
-    _full_disk_scenario(tmp_path / "kv")
+    _full_disk_scenario(tmp_path / "kv", False)
 
 
 def test_reopen_with_a_smaller_budget_keeps_it(tmp_path: Path) -> None:

@@ -13,9 +13,26 @@ Why per-slot headers rather than SQLite WAL (the choice the brief left open): th
 is written with the payload by the same I/O thread, so the index and the data cannot
 disagree, recovery is one sequential scan with no second file to keep consistent, and the
 hot path has no database transaction. The header holds magic, format version, a sequence
-number, namespace, block key, parent key (to rebuild prefix chains), token count, payload
+number, namespace, block key, the *chain identity* of the block's parent, token count, payload
 length, SARIA's E/R counters at write time, an xxh3-64 checksum of the payload and a CRC of
 the header itself.
+
+Identity is the whole chain. A block hash names a block only under its prefix (two prompts
+may repeat a hash under different parents), so a block is identified by
+``chain_id(parent's id, key)`` — a 128-bit BLAKE2b digest chained from ``root_id(namespace)``
+— exactly as the radix tree identifies it by its path. Recovery links a block to the block
+whose identity is its parent id (never to a block that merely has the parent's key), keeps
+the newest copy per identity, and a read checks the slot's identity against the one the
+caller expects, so a block is never served under another prefix, in this process or after
+a restart.
+
+Open. The directory is locked (one owner process) and every failure of the open releases
+the lock. ``meta.json`` holds the geometry; a damaged one is a :class:`BadInput` naming the
+file and the fix. The SSD budget is checked against the filesystem's free space at every
+open: slab files still to be created (they are created lazily) must fit, or the open fails
+with a one-line :class:`BadInput` naming the budget and the free space. A slab whose
+allocation fails later (another writer filled the disk) is removed again, so no partial slab
+is left behind; the store stops SSD admissions instead.
 
 Crash safety. A block is written payload first, header second; a freed slot's header is
 invalidated (zeroed magic) *before* the slot can be reused. A process killed between the
@@ -33,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import mmap
 import os
@@ -54,15 +72,16 @@ from aicache.errors import BadInput
 ALIGN = 4096
 HEADER_BYTES = 4096
 MAGIC = b"AICKVBLK"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: write large payloads in chunks so a crash can land inside a block (tested)
 CHUNK_BYTES = 8 << 20
 
 _KEY_BYTES = 32
 _NS_BYTES = 64
+ID_BYTES = 16
 # magic, version, flags, seq, payload_len, tokens, E, R, checksum,
-# ns_len, ns, key_tag, key_len, key, parent_tag, parent_len, parent
-_HDR = struct.Struct(f"<8sHHQIIIIQB{_NS_BYTES}sBB{_KEY_BYTES}sBB{_KEY_BYTES}s")
+# ns_len, ns, key_tag, key_len, key, parent_id
+_HDR = struct.Struct(f"<8sHHQIIIIQB{_NS_BYTES}sBB{_KEY_BYTES}s{ID_BYTES}s")
 _HDR_CRC = struct.Struct("<I")  # CRC32 of the packed header, right after it
 _TAG_NONE, _TAG_INT, _TAG_BYTES, _TAG_STR = 0, 1, 2, 3
 
@@ -115,6 +134,20 @@ def decode_key(tag: int, raw: bytes) -> Hashable | None:
     raise ValueError(f"bad key tag {tag}")
 
 
+def root_id(namespace: str) -> bytes:
+    """The chain identity of a namespace's root (the parent id of a prompt's first block)."""
+    return hashlib.blake2b(encode_namespace(namespace), digest_size=ID_BYTES,
+                           person=b"aicache-kv-root").digest()
+
+
+def chain_id(parent_id: bytes, key: Hashable) -> bytes:
+    """The identity of block ``key`` under the prefix whose identity is ``parent_id``:
+    a digest of the whole chain, so equal keys under different prefixes differ."""
+    tag, raw = encode_key(key)
+    return hashlib.blake2b(parent_id + bytes((tag, len(raw))) + raw, digest_size=ID_BYTES,
+                           person=b"aicache-kv-blk").digest()
+
+
 def encode_namespace(ns: Hashable) -> bytes:
     if not isinstance(ns, str):
         raise BadInput(f"namespace {ns!r}: use a str such as 'model@adapter'")
@@ -126,15 +159,21 @@ def encode_namespace(ns: Hashable) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class BlockMeta:
-    """What a slot header says about its block (persisted with the payload)."""
+    """What a slot header says about its block (persisted with the payload).
+    ``parent_id`` is the chain identity of the block's prefix (:func:`root_id` for a
+    prompt's first block); the block's own identity is :attr:`ident`."""
 
     namespace: str
     key: Hashable
-    parent: Hashable | None
+    parent_id: bytes
     tokens: int
     length: int
     E: int = 0
     R: int = 0
+
+    @property
+    def ident(self) -> bytes:
+        return chain_id(self.parent_id, self.key)
 
 
 @dataclass(slots=True)
@@ -142,6 +181,7 @@ class RecoveredBlock:
     slot: int
     seq: int
     meta: BlockMeta
+    ident: bytes
 
 
 @dataclass(slots=True)
@@ -155,6 +195,8 @@ class SSDStats:
     blocks_read: int = 0
     payload_bytes_read: int = 0
     checksum_failures: int = 0
+    #: reads refused because the slot holds a block of another chain than expected
+    identity_mismatches: int = 0
     write_errors: int = 0
     recovered_blocks: int = 0
     recovery_dropped: int = 0
@@ -209,15 +251,33 @@ class SlabStore:
                  slab_bytes: int = 1 << 30, io_threads: int = 4, direct: bool | str = False,
                  verify_on_recovery: bool = True) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise BadInput(f"{self.dir} exists and is not a directory; give the KV store a "
+                           f"directory path") from None
         self.slot_bytes = int(slot_bytes)
         self.payload_area = _align(self.slot_bytes)
         self.slot_disk_bytes = HEADER_BYTES + self.payload_area
         self.n_slots = max(0, int(budget_bytes) // self.slot_disk_bytes)
         self.budget_bytes = int(budget_bytes)
         self.slab_slots = max(1, int(slab_bytes) // self.slot_disk_bytes)
+        self.direct = False
+        self._fds: dict[int, int] = {}
+        self._sized: set[int] = set()  # slabs whose full size is allocated
+        self._read_fds: list[dict[int, int]] = []
+        self._fd_lock = threading.Lock()
+        self._stat_lock = threading.Lock()
+        self._tls = threading.local()
+        self._pending: dict[int, Future[Any]] = {}
+        self._seq = 1
+        self.stats = SSDStats()
+        self.recovered: list[RecoveredBlock] = []
+        self._free: list[int] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
         self._lock_fd = self._lock_dir()
-        try:
+        try:  # from here on every failure releases what was taken, the lock last
             self._check_meta()
             if direct == "auto":
                 self.direct = odirect_supported(self.dir)
@@ -226,32 +286,26 @@ class SlabStore:
                     raise BadInput(f"{self.dir}: the filesystem does not support O_DIRECT; "
                                    f"use direct='auto'")
                 self.direct = True
-            else:
-                self.direct = False
             self._fit_budget()
+            self._check_space()
+            self._pool = ThreadPoolExecutor(max_workers=max(1, io_threads),
+                                            thread_name_prefix="aicache-ssd")
+            used = self._recover(verify_on_recovery)
         except BaseException:
-            os.close(self._lock_fd)
+            self._release()
             raise
-        self._fds: dict[int, int] = {}
-        self._read_fds: list[dict[int, int]] = []
-        self._fd_lock = threading.Lock()
-        self._stat_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, io_threads),
-                                        thread_name_prefix="aicache-ssd")
-        self._tls = threading.local()
-        self._pending: dict[int, Future[Any]] = {}
-        self._seq = 1
-        self.stats = SSDStats()
-        self.recovered: list[RecoveredBlock] = []
-        used = self._recover(verify_on_recovery)
         self._free = [s for s in range(self.n_slots - 1, -1, -1) if s not in used]
-        self._closed = False
 
     # -- geometry / files --------------------------------------------------------------
     def _lock_dir(self) -> int:
         """One owner per directory (an flock, released by the kernel even on kill -9):
         two processes appending to the same slots would corrupt each other."""
-        fd = os.open(self.dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+        path = self.dir / "lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as e:
+            raise BadInput(f"{path} cannot be opened as the KV store's lock file "
+                           f"({e.strerror}); remove it") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -261,32 +315,92 @@ class SlabStore:
         return fd
 
     def _check_meta(self) -> None:
+        """The directory's geometry must be ours; a new directory gets a ``meta.json``.
+        A damaged one is refused (never rewritten): the slabs it describes may have
+        another geometry, and guessing would read headers at the wrong offsets."""
         meta_path = self.dir / "meta.json"
         want = {"format": FORMAT_VERSION, "slot_bytes": self.slot_bytes,
                 "header_bytes": HEADER_BYTES, "slab_slots": self.slab_slots}
-        if meta_path.exists():
-            have = json.loads(meta_path.read_text())
-            if have != want:
-                raise BadInput(f"{self.dir} holds a KV store with geometry {have}, not {want}; "
-                               f"use the same model/block size or another directory")
-        else:
-            tmp = meta_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(want))
-            os.replace(tmp, meta_path)
+        fix = (f"delete {self.dir} (its cached KV blocks are recomputed) or give the store "
+               f"another directory")
+        try:
+            raw = meta_path.read_bytes()
+        except FileNotFoundError:
+            self._write_meta(meta_path, want)
+            return
+        except IsADirectoryError:
+            raise BadInput(f"{meta_path} is a directory, not the KV store's geometry file; "
+                           f"{fix}") from None
+        except OSError as e:
+            raise BadInput(f"{meta_path} cannot be read ({e.strerror}); {fix}") from None
+        try:
+            have = json.loads(raw)
+        except ValueError:
+            what = "empty" if not raw.strip() else "not valid JSON"
+            raise BadInput(f"{meta_path} is {what}, not a KV store's geometry; {fix}") from None
+        if not isinstance(have, dict) or not isinstance(have.get("format"), int):
+            raise BadInput(f"{meta_path} is not a KV store's geometry (no format number); {fix}")
+        if have["format"] != FORMAT_VERSION:
+            raise BadInput(f"{self.dir} holds a KV store of format {have['format']}; this "
+                           f"version reads format {FORMAT_VERSION}: {fix}")
+        if have != want:
+            raise BadInput(f"{self.dir} holds a KV store with geometry {have}, not {want}; "
+                           f"use the same model/block size or another directory")
+
+    def _write_meta(self, meta_path: Path, want: dict[str, int]) -> None:
+        """Write ``meta.json`` durably (fsync, rename, fsync the directory): a power loss
+        must not leave an empty one that refuses every later open."""
+        tmp = meta_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(want).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, meta_path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _slab_files(self) -> Iterator[tuple[int, Path]]:
+        for p in self.dir.glob("slab-*.bin"):
+            try:
+                yield int(p.stem.split("-")[1]), p
+            except (IndexError, ValueError):
+                continue
 
     def _fit_budget(self) -> None:
         """Reopened with a smaller budget: drop slabs (and slots) beyond it, so the files
         never exceed the budget; the blocks there are simply evicted."""
         n_slabs = -(-self.n_slots // self.slab_slots) if self.n_slots else 0
-        for p in self.dir.glob("slab-*.bin"):
-            try:
-                i = int(p.stem.split("-")[1])
-            except (IndexError, ValueError):
-                continue
+        for i, p in self._slab_files():
+            if not p.is_file() or p.is_symlink():
+                raise BadInput(f"{p} is not a regular file (a KV store slab must be one); "
+                               f"remove it")
             if i >= n_slabs:
                 p.unlink()
             elif p.stat().st_size > self._slab_size(i):
                 os.truncate(p, self._slab_size(i))
+
+    def _check_space(self) -> None:
+        """The slab space still to be allocated must fit the filesystem's free space
+        (slabs are created lazily, so a budget that does not fit would otherwise work until
+        the disk fills mid-run)."""
+        n_slabs = -(-self.n_slots // self.slab_slots) if self.n_slots else 0
+        held = 0
+        for i, p in self._slab_files():
+            if i < n_slabs:
+                held += p.stat().st_size
+        need = self.n_slots * self.slot_disk_bytes - held
+        st = os.statvfs(self.dir)
+        free = st.f_bavail * st.f_frsize
+        if need > free:
+            raise BadInput(f"SSD budget of {self.budget_bytes} B ({self.budget_bytes / 2**20:.1f} "
+                           f"MiB) does not fit on {self.dir}: {free} B ({free / 2**20:.1f} MiB) "
+                           f"free, {need} B more needed; lower the SSD budget to at most "
+                           f"{held + free} B or free disk space")
 
     def _slab_path(self, i: int) -> Path:
         return self.dir / f"slab-{i:05d}.bin"
@@ -295,32 +409,51 @@ class SlabStore:
         return min(self.slab_slots, self.n_slots - i * self.slab_slots) * self.slot_disk_bytes
 
     def _fd(self, slab: int, create: bool) -> int:
+        """The slab's read-write descriptor. ``create`` (a write): create the file and
+        reserve its full size first. Without it (invalidating a header, recovery) an
+        existing file is opened as it is — nothing is allocated, so a reopen of a full
+        disk never fails on space it does not need."""
         fd = self._fds.get(slab)
-        if fd is not None:
+        if fd is not None and (not create or slab in self._sized):
             return fd
         with self._fd_lock:
             fd = self._fds.get(slab)
-            if fd is not None:
-                return fd
             path = self._slab_path(slab)
-            flags = os.O_RDWR | (os.O_CREAT if create else 0)
-            if self.direct:
-                flags |= os.O_DIRECT
-            fd = os.open(path, flags, 0o600)
-            size = self._slab_size(slab)
-            if os.fstat(fd).st_size < size:
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as e:
-                    os.close(fd)
+            existed = fd is not None or path.exists()
+            if fd is None:
+                flags = os.O_RDWR | (os.O_CREAT if create else 0)
+                if self.direct:
+                    flags |= os.O_DIRECT
+                fd = self._fds[slab] = os.open(path, flags, 0o600)
+            if create and slab not in self._sized:
+                self._reserve(slab, fd, path, existed)
+            return fd
+
+    def _reserve(self, slab: int, fd: int, path: Path, existed: bool) -> None:
+        """Allocate the slab's full size. On failure no partial slab is left behind: a
+        file this call created is removed, an older one is cut back to what it held (its
+        blocks stay valid), so the next open sees exactly what was there before."""
+        size = self._slab_size(slab)
+        had = os.fstat(fd).st_size
+        if had < size:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                    os.ftruncate(fd, size)  # no fallocate here: a sparse file of full size
+                else:
+                    if existed:  # the descriptor stays: other threads may hold it
+                        os.ftruncate(fd, had)
+                    else:  # nobody else can hold it: nothing is written before the reserve
+                        del self._fds[slab]
+                        try:
+                            path.unlink()
+                        finally:
+                            os.close(fd)
                     if e.errno in (errno.ENOSPC, errno.EDQUOT):
                         raise DiskFull(e.errno, f"no space for slab {path}") from e
-                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                        raise
-                    fd = os.open(path, flags, 0o600)
-                    os.ftruncate(fd, size)
-            self._fds[slab] = fd
-            return fd
+                    raise
+        self._sized.add(slab)
 
     def _read_fd(self, slab: int) -> int:
         """A per-thread read descriptor: the kernel keeps readahead state per open file,
@@ -331,8 +464,7 @@ class SlabStore:
             with self._fd_lock:
                 self._read_fds.append(fds)
         fd = fds.get(slab)
-        if fd is None:
-            self._fd(slab, False)  # create/size the slab once, under the lock
+        if fd is None:  # a slot is read only once written, so its slab exists (and is sized)
             fd = fds[slab] = os.open(self._slab_path(slab),
                                      os.O_RDONLY | (os.O_DIRECT if self.direct else 0))
         return fd
@@ -370,6 +502,10 @@ class SlabStore:
         fut = self._pending.pop(slot, None)
         if fut is not None:
             fut.exception()
+        self._invalidate(slot)
+        self._free.append(slot)
+
+    def _invalidate(self, slot: int) -> None:
         slab, off = self._where(slot)
         if slab in self._fds or self._slab_path(slab).exists():
             try:
@@ -377,7 +513,6 @@ class SlabStore:
                 self.stats.bytes_written += HEADER_BYTES
             except OSError:
                 pass  # an unreadable header is as good as an invalid one
-        self._free.append(slot)
 
     def _zero_header(self) -> memoryview:
         z = getattr(self, "_zeros", None)
@@ -448,10 +583,11 @@ class SlabStore:
     def _pack_header(seq: int, meta: BlockMeta, checksum: int) -> bytes:
         ns = encode_namespace(meta.namespace)
         kt, kb = encode_key(meta.key)
-        pt, pb = encode_key(meta.parent)
+        if len(meta.parent_id) != ID_BYTES:
+            raise ValueError(f"parent id must be {ID_BYTES} bytes (root_id / chain_id)")
         body = _HDR.pack(MAGIC, FORMAT_VERSION, 0, seq, meta.length, meta.tokens,
                          min(meta.E, 0xFFFFFFFF), min(meta.R, 0xFFFFFFFF), checksum,
-                         len(ns), ns, kt, len(kb), kb, pt, len(pb), pb)
+                         len(ns), ns, kt, len(kb), kb, meta.parent_id)
         return body + _HDR_CRC.pack(zlib.crc32(body))
 
     @staticmethod
@@ -462,30 +598,47 @@ class SlabStore:
         (crc,) = _HDR_CRC.unpack_from(raw, _HDR.size)
         if zlib.crc32(body) != crc:
             return None
-        (_, ver, _, seq, length, tokens, e, r, checksum, nsl, ns, kt, kl, kb, pt, pl,
-         pb) = _HDR.unpack(body)
+        (_, ver, _, seq, length, tokens, e, r, checksum, nsl, ns, kt, kl, kb,
+         parent_id) = _HDR.unpack(body)
         if ver != FORMAT_VERSION:
             return None
         try:
-            meta = BlockMeta(ns[:nsl].decode(), decode_key(kt, kb[:kl]), decode_key(pt, pb[:pl]),
-                             tokens, length, e, r)
+            key = decode_key(kt, kb[:kl])
+            if key is None:
+                return None
+            meta = BlockMeta(ns[:nsl].decode(), key, parent_id, tokens, length, e, r)
         except (ValueError, UnicodeDecodeError):
             return None
         return seq, meta, checksum
 
     # -- reads -------------------------------------------------------------------------
-    def read_async(self, slot: int, length: int, dst: np.ndarray) -> Future[Any]:
+    def read_async(self, slot: int, length: int, dst: np.ndarray,
+                   ident: bytes | None = None) -> Future[Any]:
         """Read the slot's payload into ``dst`` (flat, writable uint8 of ``length``) and
-        verify its checksum; the future raises :class:`CorruptBlock` on a mismatch."""
+        verify its checksum and, given ``ident``, that the slot holds that block (its chain
+        identity, :attr:`BlockMeta.ident`); the future raises :class:`CorruptBlock` on any
+        mismatch or I/O error — a miss, never other bytes."""
+        assert self._pool is not None
         pending = self._pending.get(slot)
-        return self._pool.submit(self._read, slot, length, dst, pending)
+        return self._pool.submit(self._read, slot, length, dst, pending, ident)
 
-    def read(self, slot: int, length: int, dst: np.ndarray) -> None:
-        self.read_async(slot, length, dst).result()
+    def read(self, slot: int, length: int, dst: np.ndarray, ident: bytes | None = None) -> None:
+        self.read_async(slot, length, dst, ident).result()
 
-    def _read(self, slot: int, length: int, dst: np.ndarray, pending: Future[Any] | None) -> int:
-        if pending is not None:
-            pending.result()  # read-after-write: the block is readable once written
+    def _read(self, slot: int, length: int, dst: np.ndarray, pending: Future[Any] | None,
+              ident: bytes | None = None) -> int:
+        try:
+            if pending is not None:
+                pending.result()  # read-after-write: the block is readable once written
+            return self._read_checked(slot, length, dst, ident)
+        except CorruptBlock:
+            raise
+        except OSError as e:
+            with self._stat_lock:
+                self.stats.checksum_failures += 1
+            raise CorruptBlock(f"slot {slot}: read failed ({e})") from e
+
+    def _read_checked(self, slot: int, length: int, dst: np.ndarray, ident: bytes | None) -> int:
         slab, off = self._where(slot)
         fd = self._read_fd(slab)
         if self.direct:
@@ -501,6 +654,11 @@ class SlabStore:
             with self._stat_lock:
                 self.stats.checksum_failures += 1
             raise CorruptBlock(f"slot {slot}: header invalid or length mismatch")
+        if ident is not None and hdr[1].ident != ident:
+            with self._stat_lock:
+                self.stats.identity_mismatches += 1
+            raise CorruptBlock(f"slot {slot} holds another block than expected (its chain "
+                               f"identity differs)")
         checksum = hdr[2]
         if self.direct:
             pay_off = off + HEADER_BYTES
@@ -554,15 +712,17 @@ class SlabStore:
 
     # -- recovery ----------------------------------------------------------------------
     def _recover(self, verify: bool) -> set[int]:
-        """Scan every slot header; keep valid blocks (newest copy of a key wins)."""
-        best: dict[tuple[str, Hashable], RecoveredBlock] = {}
+        """Scan every slot header; keep valid blocks (the newest copy of a chain identity
+        wins). Reads only: a slab shorter than its full size (a lost allocation race) is
+        scanned as far as it goes and extended only when a write needs it."""
+        best: dict[tuple[str, bytes], RecoveredBlock] = {}
         bad: list[int] = []
         n_slabs = -(-self.n_slots // self.slab_slots) if self.n_slots else 0
         for slab in range(n_slabs):
             path = self._slab_path(slab)
             if not path.exists():
                 continue
-            fd = self._fd(slab, False)
+            fd = self._read_fd(slab)
             size = os.fstat(fd).st_size
             for i in range(self.slab_slots):
                 slot = slab * self.slab_slots + i
@@ -590,9 +750,10 @@ class SlabStore:
                     self.stats.blocks_read -= 1
                     self.stats.payload_bytes_read -= meta.length
                 self._seq = max(self._seq, seq + 1)
-                k = (meta.namespace, meta.key)
+                ident = meta.ident
+                k = (meta.namespace, ident)
                 old = best.get(k)
-                rb = RecoveredBlock(slot, seq, meta)
+                rb = RecoveredBlock(slot, seq, meta, ident)
                 if old is None or old.seq < seq:
                     if old is not None:
                         bad.append(old.slot)
@@ -600,9 +761,8 @@ class SlabStore:
                 else:
                     bad.append(slot)
         used = {rb.slot for rb in best.values()}
-        self._free = []  # free() appends; the real free list is built by __init__
         for slot in bad:
-            self.free(slot)
+            self._invalidate(slot)
         self.stats.recovery_dropped = len(bad)
         self.stats.recovered_blocks = len(best)
         self.recovered = sorted(best.values(), key=lambda b: b.seq)
@@ -649,9 +809,15 @@ class SlabStore:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         self.drain()
-        self._pool.shutdown(wait=True)
+        self._release()
+
+    def _release(self) -> None:
+        """Close the pool and every descriptor, the directory lock last (also after a
+        failed open, so the directory can be opened again)."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

@@ -32,7 +32,10 @@ budget.
 Restart. Opening a directory rebuilds the index from the slab headers: every recovered
 chain that reaches a root is re-inserted with its SSD copy and its E/R counters; blocks
 whose prefix was only in DRAM when the process died can never be looked up and are freed.
-Recovery assumes prefix-chained block hashes (as vLLM/SGLang/LMCache compute them).
+A block's identity is its whole chain (:func:`~aicache.kvstore.ssd.chain_id` of its path,
+persisted in its header), not its hash: a hash repeated under another prefix is another
+block, at recovery and on every SSD read, so block hashes need not be prefix-chained.
+A failed open releases everything it took (the directory lock included).
 
 Not held here: the HBM tier (the serving engine owns GPU pages) and hybrid models'
 recurrent checkpoints (simulated only; a hybrid model is refused with ``BadInput``).
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -70,7 +74,8 @@ from aicache.kv.saria import (
 )
 from aicache.kvstore.dram import DramPool
 from aicache.kvstore.ssd import (
-    BlockMeta, CorruptBlock, DiskFull, SlabStore, encode_key, encode_namespace, lifetime_days,
+    BlockMeta, CorruptBlock, DiskFull, RecoveredBlock, SlabStore, chain_id, encode_key,
+    encode_namespace, lifetime_days, root_id,
 )
 
 _DRAM, _SSD = int(Tier.DRAM), int(Tier.SSD)
@@ -182,17 +187,27 @@ class TieredKVStore:
             raise BadInput(f"DRAM budget {ip.dram_bytes} B is smaller than one "
                            f"{self.block_bytes}-byte block; raise it or set 0 to disable DRAM")
         self.ssd: SlabStore | None = None
-        n_ssd = 0
+        if ip.ssd_bytes > 0 and params.directory is None:
+            raise BadInput("an SSD budget needs a directory for the slab files")
         if ip.ssd_bytes > 0:
-            if params.directory is None:
-                raise BadInput("an SSD budget needs a directory for the slab files")
+            assert params.directory is not None
             self.ssd = SlabStore(params.directory, self.block_bytes, ip.ssd_bytes,
                                  slab_bytes=params.slab_bytes, io_threads=params.io_threads,
                                  direct=params.direct,
                                  verify_on_recovery=params.verify_on_recovery)
+        try:  # the slab store holds the directory lock: any failure below gives it back
+            self._open_rest(params, n_dram)
+        except BaseException:
+            if self.ssd is not None:
+                self.ssd.close()
+            raise
+
+    def _open_rest(self, params: TieredKVStoreParams, n_dram: int) -> None:
+        ip = params.index
+        n_ssd = 0
+        if self.ssd is not None:
             n_ssd = self.ssd.n_slots
             if n_ssd == 0:
-                self.ssd.close()
                 raise BadInput(f"SSD budget {ip.ssd_bytes} B is smaller than one slot of "
                                f"{self.ssd.slot_disk_bytes} B; raise it or set 0 to disable SSD")
         self.dram = DramPool(self.block_bytes, n_dram, pinned=params.pinned)
@@ -207,6 +222,9 @@ class TieredKVStore:
         self._writes: list[tuple[RadixNode, int, Future[Any]]] = []
         self._open: dict[int, ReloadPlan] = {}
         self._root_ns: dict[int, str] = {}
+        #: node -> (namespace, chain identity); weak, so reclaimed nodes leave it
+        self._ids: weakref.WeakKeyDictionary[RadixNode, tuple[str, bytes]] = (
+            weakref.WeakKeyDictionary())
         self._t0 = time.monotonic()
         self.recovered_blocks = self.orphans_dropped = 0
         if self.ssd is not None:
@@ -220,57 +238,75 @@ class TieredKVStore:
     def _t(self, now: float | None) -> float:
         return self.now() if now is None else float(now)
 
-    def _ns_of(self, node: RadixNode) -> str:
+    def _ident(self, node: RadixNode) -> tuple[str, bytes]:
+        """``node``'s namespace and chain identity (what its slab header records). Walks
+        up only to the nearest ancestor already known, so a prompt's blocks cost one digest
+        each, however deep."""
+        ids = self._ids
+        got = ids.get(node)
+        if got is not None:
+            return got
+        path: list[RadixNode] = []
         n = node
-        while n.parent is not None:
+        while (got := ids.get(n)) is None:
+            if n.parent is None:  # a namespace root
+                ns = self._root_ns.get(id(n))
+                if ns is None:
+                    for name in self.index.tree.namespaces():
+                        r = self.index.tree.root(name)
+                        if r is not None:
+                            self._root_ns[id(r)] = name  # type: ignore[assignment]
+                    ns = self._root_ns[id(n)]
+                got = ids[n] = (ns, root_id(ns))
+                break
+            path.append(n)
             n = n.parent
-        ns = self._root_ns.get(id(n))
-        if ns is None:
-            for name in self.index.tree.namespaces():
-                r = self.index.tree.root(name)
-                if r is not None:
-                    self._root_ns[id(r)] = name  # type: ignore[assignment]
-            ns = self._root_ns[id(n)]
-        return ns
+        ns, ident = got
+        for m in reversed(path):
+            ident = chain_id(ident, m.key)
+            ids[m] = (ns, ident)
+        return ns, ident
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
-        """Rebuild the radix index from the slab headers: every chain of recovered blocks
-        that reaches a root is re-inserted with its SSD copy; orphans (their prefix was
-        only in DRAM when the process died) cannot be looked up and are freed."""
+        """Rebuild the radix index from the slab headers. A block hangs under the block
+        whose chain identity is its parent id (the namespace root for a first block), so
+        a hash repeated under several prefixes goes back under each of them, and only
+        chains that reach a root are inserted; orphans (their prefix was only in DRAM
+        when the process died) cannot be looked up and are freed. Copies are adopted in
+        write order, which restores the SSD LRU order."""
         assert self.ssd is not None
         recs = self.ssd.recovered
-        by_ns: dict[str, dict[Hashable, Any]] = {}
+        kids: dict[tuple[str, bytes], list[RecoveredBlock]] = {}
         for rb in recs:
-            by_ns.setdefault(rb.meta.namespace, {})[rb.meta.key] = rb
-        idx, tree = self.index, self.index.tree
-        found: list[tuple[int, RadixNode, Any]] = []
-        kept: set[int] = set()
-        for ns, table in by_ns.items():
-            parents = {rb.meta.parent for rb in table.values()}
-            for key, rb in table.items():
-                if key in parents:
-                    continue  # an inner block: its path is inserted with a leaf
-                chain = [rb]
-                seen = {key}
-                while chain[-1].meta.parent is not None:
-                    p = table.get(chain[-1].meta.parent)
-                    if p is None or p.meta.key in seen:
-                        chain = []
-                        break
-                    seen.add(p.meta.key)
-                    chain.append(p)
-                if not chain:
+            kids.setdefault((rb.meta.namespace, rb.meta.parent_id), []).append(rb)
+        tree, bt = self.index.tree, self.model.block_tokens
+        found: dict[int, tuple[RecoveredBlock, RadixNode]] = {}
+        for ns in sorted({rb.meta.namespace for rb in recs}):
+            # depth-first from the root; a leaf inserts its whole path (the inner blocks'
+            # nodes with it), so each path is walked once per leaf
+            stack = [(rb, 0) for rb in kids.get((ns, root_id(ns)), [])]
+            path: list[RecoveredBlock] = []
+            while stack:
+                rb, depth = stack.pop()
+                del path[depth:]
+                path.append(rb)
+                below = kids.get((ns, rb.ident), [])
+                if rb.meta.tokens < bt:
+                    below = []  # a partial block ends its prompt: nothing can extend it
+                if below:
+                    stack.extend((c, depth + 1) for c in below)
                     continue
-                chain.reverse()
-                nodes = tree.insert(ns, [c.meta.key for c in chain], 0.0,
-                                    [c.meta.tokens for c in chain])
-                for c, node in zip(chain, nodes):
-                    found.append((c.seq, node, c))
-        found.sort(key=lambda x: x[0])  # adopted in write order: the SSD LRU order
-        for _, node, c in found:
-            if node not in self._sslot and idx.adopt_ssd(node, E=c.meta.E, R=c.meta.R):
+                nodes = tree.insert(ns, [c.meta.key for c in path], 0.0,
+                                    [c.meta.tokens for c in path])
+                for c, node in zip(path, nodes):
+                    found.setdefault(c.slot, (c, node))
+        kept: set[int] = set()
+        for c, node in sorted(found.values(), key=lambda x: x[0].seq):
+            if node.tokens == c.meta.tokens and self.index.adopt_ssd(node, E=c.meta.E,
+                                                                     R=c.meta.R):
                 self._sslot[node] = c.slot
+                self._ids[node] = (c.meta.namespace, c.ident)
                 kept.add(c.slot)
         orphans = [rb.slot for rb in recs if rb.slot not in kept]
         for slot in orphans:
@@ -336,7 +372,8 @@ class TieredKVStore:
                     stage = _as_u8(buf, True)
                     if stage.shape[0] < length:
                         raise BadInput(f"buffer {i} holds {stage.shape[0]} B, block needs {length}")
-                futs.append((i, n, self.ssd.read_async(self._sslot[n], length, stage), (buf, stage)))
+                fut = self.ssd.read_async(self._sslot[n], length, stage, self._ident(n)[1])
+                futs.append((i, n, fut, (buf, stage)))
                 res.ssd_bytes += length
             return ts
 
@@ -504,7 +541,7 @@ class TieredKVStore:
                 if n in sslot and self.ssd is not None:
                     buf = np.empty(n.tokens * self.kv_bpt, dtype=np.uint8)
                     try:
-                        self.ssd.read(sslot[n], buf.shape[0], buf)
+                        self.ssd.read(sslot[n], buf.shape[0], buf, self._ident(n)[1])
                         staged[n] = buf
                     except CorruptBlock:  # both copies are gone; the slots are freed below
                         self.index.lose_copy(n, Tier.DRAM)
@@ -551,10 +588,9 @@ class TieredKVStore:
         length = n.tokens * self.kv_bpt
         src = self.dram.view(dram_slot, length) if dram_slot is not None else data
         assert src is not None
-        parent = n.parent
-        meta = BlockMeta(self._ns_of(n), n.key,
-                         parent.key if parent is not None and parent.parent is not None else None,
-                         n.tokens, length, n.E, n.R)
+        assert n.parent is not None
+        ns, parent_id = self._ident(n.parent)
+        meta = BlockMeta(ns, n.key, parent_id, n.tokens, length, n.E, n.R)
         slot = ssd.alloc()
         fut = ssd.write_async(slot, meta, src)
         self._sslot[n] = slot
@@ -651,6 +687,7 @@ class TieredKVStore:
                 "ssd_bytes_written": s.bytes_written, "ssd_blocks_read": s.blocks_read,
                 "ssd_payload_bytes_read": s.payload_bytes_read,
                 "ssd_checksum_failures": s.checksum_failures,
+                "ssd_identity_mismatches": s.identity_mismatches,
                 "ssd_budget_bytes": self.ssd.budget_bytes,
                 "ssd_files_bytes": self.ssd.files_size(),
                 "ssd_lifetime_days_1dwpd": lifetime_days(s.bytes_written, elapsed,
