@@ -789,7 +789,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
           kernel_cache: bool = False, readahead_kb: int | None = None,
           direct_io: bool = False, fuse_api: str = "auto") -> None:
     """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
-    SIGTERM or ``fusermount -u``: libfuse's handlers end the loop and unmount cleanly).
+    SIGTERM/SIGHUP or ``fusermount3 -u``; the low-level driver's own handlers wake its
+    loop, see :meth:`aicache.datacache.fuse_ll.LowLevelSession._stop_on_signals`)).
 
     ``kernel_cache``: let the kernel keep file pages across opens. Re-reads then run at
     page-cache speed, but they no longer reach the engine, so the policy does not see

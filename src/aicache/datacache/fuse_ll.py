@@ -27,13 +27,15 @@ limits this driver to 3.x before 3.17.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import errno
 import logging
 import os
+import signal
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aicache.datacache import fuse
@@ -56,6 +58,12 @@ P = ctypes.POINTER
 DEFAULT_TIMEOUT_S = 1.0
 #: worker threads for requests that wait on the remote (a fetch per concurrent miss)
 DEFAULT_WORKERS = 8
+#: the signals that unmount (as libfuse's own handlers take them)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """The Python-level part of a stop signal: nothing (the wakeup pipe carries it)."""
 
 
 class FileInfo(ctypes.Structure):
@@ -461,6 +469,51 @@ class LowLevelSession:
             opts.append(f"max_read={self.max_read}")
         return ",".join(opts)
 
+    @contextlib.contextmanager
+    def _stop_on_signals(self, se: int) -> Iterator[None]:
+        """SIGINT, SIGTERM and SIGHUP end the session loop (which then unmounts).
+
+        libfuse's own handlers cannot do it here: they only replace handlers left at
+        ``SIG_DFL`` (Python's SIGINT handler is not), and they stop the loop only when the
+        signal interrupts the loop's ``read`` of ``/dev/fuse`` — a signal that lands in
+        any other thread (the remote's event loop, a worker) sets the exit flag while
+        the loop sleeps on until the next request. So Python handlers write the signal to a
+        wakeup pipe (from whichever thread took it); a watcher thread sets the exit flag
+        and signals the loop's own thread until the loop has returned (a signal sent just
+        before its ``read`` blocks is not lost: the next one interrupts it). Outside the
+        main thread (Python's handlers live there) this does nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        loop_thread = threading.get_ident()
+        returned = threading.Event()
+        old = {sig: signal.signal(sig, _ignore_signal) for sig in STOP_SIGNALS}
+        old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+        def watch() -> None:
+            got = os.read(r, 1)
+            if not got or returned.is_set():
+                return
+            log.info("%s: unmounting %s", signal.Signals(got[0]).name, self.mountpoint)
+            self._lib.fuse_session_exit(se)
+            while not returned.wait(0.05):
+                signal.pthread_kill(loop_thread, got[0])
+
+        watcher = threading.Thread(target=watch, name="aicache-fuse-signals", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            returned.set()
+            signal.set_wakeup_fd(old_fd)
+            os.close(w)  # a watcher still waiting reads EOF
+            watcher.join()
+            os.close(r)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
     def run(self) -> int:
         """Mount, serve, unmount. Returns libfuse's loop status (0: unmounted cleanly)."""
         lib = self._lib
@@ -482,12 +535,13 @@ class LowLevelSession:
                                              "(see the message above; is /dev/fuse usable?)")
                 # before any thread exists (it forks): the engine is built in init
                 lib.fuse_daemonize(1 if self.foreground else 0)
-                self._pool = cf.ThreadPoolExecutor(self._nworkers, thread_name_prefix="aicache-fuse")
-                try:
-                    rc = lib.fuse_session_loop(se)  # the GIL is released while it waits
-                finally:
-                    self._pool.shutdown(wait=True, cancel_futures=True)  # queued: unmounting
-                    lib.fuse_session_unmount(se)
+                with self._stop_on_signals(se):  # a second signal while unmounting: ignored
+                    self._pool = cf.ThreadPoolExecutor(self._nworkers, thread_name_prefix="aicache-fuse")
+                    try:
+                        rc = lib.fuse_session_loop(se)  # the GIL is released while it waits
+                    finally:
+                        self._pool.shutdown(wait=True, cancel_futures=True)  # queued: unmounting
+                        lib.fuse_session_unmount(se)
             finally:
                 lib.fuse_remove_signal_handlers(se)
         finally:
