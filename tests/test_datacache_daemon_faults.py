@@ -44,7 +44,7 @@ READER = textwrap.dedent("""
     def report(**kw):
         dp = eng.policy
         kw.update(timeouts=dp.timeouts, failures=dp.failures, reconnects=dp.reconnects,
-                  connected=dp.connected)
+                  connected=dp.connected, waited=dp.waited_s)
         print(json.dumps(kw), flush=True)
 
     for line in sys.stdin:
@@ -133,9 +133,11 @@ def dataset(tmp_path) -> tuple[str, str]:
 
 
 def test_a_stopped_daemon_costs_each_reader_one_bounded_wait_and_they_rejoin_it(dataset) -> None:
-    """SIGSTOP the daemon: each of 8 readers waits once, at most its timeout, then reads on
-    a local policy; its pass takes no longer than a pass with the daemon answering plus 2 s
-    (8x the timeout — a hang, not a slow machine, exceeds it). SIGCONT: they rejoin."""
+    """SIGSTOP the daemon: each of 8 readers waits once, for its timeout, then reads on a
+    local policy. Exactly one timeout per reader is the bound that does not depend on the
+    machine's load; the time it waited is checked against 2 s (8x the timeout: a late
+    wake-up on a loaded machine stays far below it, a hang or a second wait does not).
+    SIGCONT: they rejoin."""
     cache, src = dataset
     daemon = _daemon(cache)
     readers = _Readers(cache, src)
@@ -146,9 +148,9 @@ def test_a_stopped_daemon_costs_each_reader_one_bounded_wait_and_they_rejoin_it(
         os.kill(daemon.pid, signal.SIGSTOP)
         try:
             stopped = readers.ask("pass")
-            for before, r in zip(up, stopped):
+            for r in stopped:
                 assert r["timeouts"] == 1 and r["failures"] == 0 and not r["connected"]
-                assert r["elapsed"] <= before["elapsed"] + max(2.0, 8 * TIMEOUT_S)
+                assert TIMEOUT_S * 0.9 <= r["waited"] <= max(2.0, 8 * TIMEOUT_S)
             again = readers.ask("pass")  # still stopped: no more waiting at all
             assert all(r["timeouts"] == 1 and not r["connected"] for r in again)
         finally:

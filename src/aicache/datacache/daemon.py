@@ -248,6 +248,7 @@ class DaemonPolicy:
         self.timeouts = 0
         self.failures = 0
         self.reconnects = 0
+        self.waited_s = 0.0  # time readers spent in calls that then failed
         self.name = ""
         self.block_size = block_size
         self.map = BlockMap(block_size)  # ranges learned from the daemon
@@ -272,8 +273,12 @@ class DaemonPolicy:
         that exists but does not answer within ``call_timeout_s`` leaves this process on a
         local policy, reconnecting later; none at all (``spawn=False``) or one that does
         not start within ``timeout_s`` is an error."""
+        import importlib
+
         from aicache.datacache.engine import make_engine_system
 
+        # the fallback is built during an outage: its imports must not be paid then
+        importlib.import_module("aicache.adaptive.systems")
         os.makedirs(cache_dir, exist_ok=True)
         path = os.path.join(cache_dir, SOCK)
 
@@ -395,9 +400,11 @@ class DaemonPolicy:
         if lp is not None:
             return local(lp)
         link = self._link
+        t0 = time.monotonic()
         try:
             return self._exchange(link, m, a)
         except (OSError, ValueError, RuntimeError) as exc:  # gone, stopped, garbled, failed inside
+            self.waited_s += time.monotonic() - t0
             return local(self._degrade(m, exc, link))
 
     # -- LocalPolicy's interface -----------------------------------------------------------

@@ -465,7 +465,16 @@ class CacheEngine:
         return b"".join(parts)
 
     def read_block(self, meta: FileMeta, idx: int) -> bytes:
-        """One block of ``meta`` (a demand access: told to the system, may prefetch)."""
+        """One block of ``meta`` (a demand access: told to the system, may prefetch),
+        timed into ``metrics.read_latency`` by the engine's ``clock``."""
+        clock = self._clock
+        t0 = clock()
+        try:
+            return self._read_block(meta, idx)
+        finally:
+            self.metrics.read_latency.observe(clock() - t0)
+
+    def _read_block(self, meta: FileMeta, idx: int) -> bytes:
         key = BlockKey(meta.path, meta.version, idx)
         base = self._bases.get(meta.path)
         if base is None:
