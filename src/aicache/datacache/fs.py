@@ -165,31 +165,39 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
         return hit
 
     # -- metadata: the target's answers, never older than metadata_ttl --------------------
-    def _fresh_path(self, path: str) -> str:
+    def _fresh(self, path: str, subtree: bool = False) -> tuple[AbstractFileSystem, str]:
+        """The engine's target (whose own listing cache the engine bounds: a shared engine's
+        target may be another instance than ``self.fs``) and ``path`` on it, with what that
+        cache holds about ``path`` no older than the TTL."""
+        engine = self.engine
         p = self._target_path(path)
-        self.engine.target_cache_since(p)
-        return p
+        engine.target_cache_since(p, subtree=subtree)
+        return engine.target, p
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        return self.fs.ls(self._fresh_path(path), detail=detail, **kwargs)
+        t, p = self._fresh(path)
+        return t.ls(p, detail=detail, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        return self.fs.info(self._fresh_path(path), **kwargs)
+        t, p = self._fresh(path)
+        return t.info(p, **kwargs)  # type: ignore[no-any-return]
 
     def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
              detail: bool = False, **kwargs: Any) -> Any:
-        p = self._target_path(path)
-        self.engine.target_cache_since(p, subtree=True)
-        return self.fs.find(p, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        t, p = self._fresh(path, subtree=True)
+        return t.find(p, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        return bool(self.fs.exists(self._fresh_path(path), **kwargs))
+        t, p = self._fresh(path)
+        return bool(t.exists(p, **kwargs))
 
     def isdir(self, path: str) -> bool:
-        return bool(self.fs.isdir(self._fresh_path(path)))
+        t, p = self._fresh(path)
+        return bool(t.isdir(p))
 
     def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(self._fresh_path(path)))
+        t, p = self._fresh(path)
+        return bool(t.isfile(p))
 
     # -- bytes: through the cache ---------------------------------------------------------
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
