@@ -160,10 +160,12 @@ class Hanging(Advisor):
         super().__init__()
         self.release = threading.Event()
         self.entered = threading.Event()
+        self.returned = threading.Event()
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
         self.entered.set()
         self.release.wait(30)
+        self.returned.set()
         return Advice("random", 1.0)
 
 
@@ -171,14 +173,14 @@ def test_reads_never_wait_on_a_hanging_advisor():
     adv = Hanging()
     sys = ChironSystem(1 << 30, advisor=adv, params=PARAMS, runner=ThreadRunner(adv))
     try:
-        t0 = time.perf_counter()
         t = drive(sys, 0.0, 3.0, dt=0.001)  # 3000 reads, a diagnosis due at t=1
-        elapsed = time.perf_counter() - t0
         assert adv.entered.wait(5)  # the advisor really is stuck inside advise()
-        assert elapsed < 2.0  # 3000 reads with the advisor hung: no read waited
+        # all 3000 reads returned while advise() was still blocked (it returns only once
+        # released): no read waited on it, whatever the machine's load
+        assert not adv.returned.is_set()
         assert pattern(sys) == "default"
         adv.release.set()
-        deadline = time.perf_counter() + 5
+        deadline = time.perf_counter() + 60  # generous: only a lost answer expires it
         while pattern(sys) != "random" and time.perf_counter() < deadline:
             t = drive(sys, t, t + 0.01, dt=0.001)
             time.sleep(0.01)
