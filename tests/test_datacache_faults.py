@@ -119,7 +119,8 @@ def test_remote_errors_bounded_retries_then_clear_error(tmp_path, dataset) -> No
         t0 = time.monotonic()
         with pytest.raises(RemoteReadError, match=r"failed after 4 attempts: ConnectionError"):
             e.read(path, 0, 10)
-        assert time.monotonic() - t0 < 2.0  # 0.01 + 0.02 + 0.04 s of backoff
+        assert time.monotonic() - t0 >= 0.01 + 0.02 + 0.04  # the backoff really slept (a
+        # lower bound: sleeps never end early); the retry count below is the exact check
         assert e.metrics.value("remote_retries") == 3
         assert e.metrics.value("remote_errors") == 1
         assert e.store.stats().blocks == 0  # nothing cached
@@ -164,7 +165,8 @@ def test_remote_timeouts_client_side_and_engine_side(tmp_path, dataset) -> None:
         t0 = time.monotonic()
         with pytest.raises(RemoteReadError, match="no answer within 0.1s"):
             e.read(path, 0, 10)
-        assert time.monotonic() - t0 < 1.0
+        # a safety bound: waiting for any answer would take the remote's 5 s, twice
+        assert time.monotonic() - t0 < hanging.latency
         assert e.store.stats().blocks == 0
     finally:
         hanging.latency = 0.0
@@ -244,10 +246,12 @@ class HangingAdvisor:
 
                 self.entered = threading.Event()
                 self.release = threading.Event()
+                self.returned = threading.Event()
 
             def advise(self, request):
                 self.entered.set()
                 self.release.wait(60)
+                self.returned.set()
                 return None
 
         return _Hanging()
@@ -287,25 +291,21 @@ def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
         path = sorted(dataset)[0]
         assert e.read(path) == dataset[path]  # warm: every block cached
         e.wait_prefetches()
-        lat = []
-        deadline = time.monotonic() + 0.6  # long enough for several review rounds
+        # read on until the advisor has been consulted (twice for the garbage one) and at
+        # least 200 reads were made; the deadline only catches a system that never asks
+        deadline = time.monotonic() + 60
         i = 0
-        while time.monotonic() < deadline:
+        while i < 200 or not (advisor.entered.is_set() if kind == "hanging" else advisor.calls >= 2):
+            assert time.monotonic() < deadline, "the advisor was never consulted"
             off = (i * 7 % 16) * BLOCK
-            t0 = time.perf_counter()
             assert e.read(path, off, BLOCK) == dataset[path][off:off + BLOCK]
-            lat.append(time.perf_counter() - t0)
             i += 1
-        lat.sort()
         assert system.advisor_calls >= 1  # the advisor really was consulted
         if kind == "hanging":
-            assert advisor.entered.wait(5)  # ...and is stuck inside advise()
-        else:
-            assert advisor.calls >= 2
+            # every read above returned while advise() was still blocked (it returns only
+            # once released): no read waited on it — a fact, not a latency under load
+            assert advisor.entered.is_set() and not advisor.returned.is_set()
         assert system.switches == 0  # no advice ⇒ the policy did not change
-        # hits stay hits: a p99 of tens of ms would mean a read waited on the advisor
-        assert lat[int(0.99 * len(lat))] < 0.05, lat[-5:]
-        assert len(lat) > 100
     finally:
         if kind == "hanging":
             advisor.release.set()
