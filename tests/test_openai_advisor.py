@@ -206,7 +206,7 @@ def test_failures_are_no_advice(server: tuple[str, Script], reply: tuple[str, An
     adv = advisor(url)
     t0 = time.perf_counter()
     assert adv.advise(req([3, 1, 4, 1, 5, 9, 2, 6])) is None
-    assert time.perf_counter() - t0 < 3.0
+    assert time.perf_counter() - t0 < 3.0  # a safety bound: every reply here is immediate
     assert len(script.bodies) == 1  # no retries inside the read path
     assert adv.counters.calls == 1 and adv.counters.no_advice == 1
     assert adv.counters.errors == {kind: 1}
@@ -222,7 +222,8 @@ def test_timeout_returns_promptly(server: tuple[str, Script]) -> None:
     adv = advisor(url, timeout=0.3)
     t0 = time.perf_counter()
     assert adv.advise(req([1, 2, 3])) is None
-    assert time.perf_counter() - t0 < 2.0
+    took = time.perf_counter() - t0
+    assert 0.3 <= took < 3.0  # the 0.3 s timeout fired before the server's 3 s answer
     assert adv.counters.errors == {"timeout": 1}
     assert len(script.bodies) == 1
 
