@@ -329,13 +329,15 @@ def test_single_flight_one_fetch_per_block(tmp_path) -> None:
         # block 0 on demand (0.2 s) starts a prefetch of block 1 (0.7 s): asked for at once,
         # block 1 waits for that prefetch rather than fetching it a second time
         assert e.read(path, 0, BLOCK) == data[:BLOCK]
-        assert (path, BLOCK) in remote.fetches  # the prefetch is on its way
-        t0 = time.monotonic()
+        deadline = time.monotonic() + 60
+        while (path, BLOCK) not in remote.fetches:  # until the prefetch is on its way
+            assert time.monotonic() < deadline, "no prefetch of block 1"
+            time.sleep(0.005)
         assert e.read(path, BLOCK, BLOCK) == data[BLOCK:2 * BLOCK]
-        waited = time.monotonic() - t0
         e.wait_prefetches()
+        # one fetch of block 1, used by the demand read: it waited for the prefetch (or
+        # found it stored) rather than fetching a second time — counts, not a duration
         assert remote.fetches[(path, 0)] == 1 and remote.fetches[(path, BLOCK)] == 1
-        assert waited < 0.65  # only the rest of the prefetch, not a fresh 0.7 s fetch
         assert e.metrics.value("prefetch_used") == 1
     finally:
         e.close()
