@@ -240,7 +240,9 @@ def test_threads_read_right_bytes_while_blocks_are_evicted_and_stored_again(tmp_
     ts = [threading.Thread(target=reader, args=(i,)) for i in range(8)] + [threading.Thread(target=churn)]
     for t in ts:
         t.start()
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60  # run until enough reads raced the churn, not for a time
+    while (served[0] <= 300 or a.mapped.mapped_total == 0) and not errors and time.monotonic() < deadline:
+        time.sleep(0.01)
     stop.set()
     for t in ts:
         t.join()
