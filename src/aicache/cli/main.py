@@ -26,6 +26,7 @@ COMMANDS: list[tuple[str | None, str]] = [
     ("gen", "aicache.cli.gen_workflow"),
     ("gen", "aicache.cli.gen_sessions"),
     (None, "aicache.cli.mount"),
+    (None, "aicache.cli.umount"),
     (None, "aicache.cli.record"),
     (None, "aicache.cli.cache_admin"),
     (None, "aicache.cli.experiment"),

@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         _log_to(log_file)
     if not args.foreground:
         if _detach(mp):
-            print(f"mounted {args.remote_url} at {mp} (logs: {log_file}; unmount: fusermount3 -u {mp})")
+            print(f"mounted {args.remote_url} at {mp} (logs: {log_file}; unmount: aicache umount {mp})")
             return 0  # the parent: the mount is up, served by the detached child
         # the child, after fork: the remote's client (its event-loop thread, its
         # connections) belongs to the parent; fsspec builds a fresh one for this process
