@@ -1,7 +1,7 @@
 """``aicache mount REMOTE_URL MOUNTPOINT --cache-dir DIR --cache-size SIZE`` — a read-only
 FUSE mount of any fsspec store (``s3://bucket/data``, ``gs://…``, ``/local/dir``) through
-the adaptive block cache. Runs until SIGINT/SIGTERM or ``fusermount3 -u MOUNTPOINT``,
-then unmounts cleanly. Remote options: ``-o endpoint_url=http://…`` (S3 endpoint),
+the adaptive block cache. Runs until SIGINT (Ctrl-C), SIGTERM or ``aicache umount
+MOUNTPOINT``, then unmounts cleanly. Remote options: ``-o endpoint_url=http://…`` (S3 endpoint),
 ``-o anon=true`` … (values parsed as JSON when they parse).
 """
 
@@ -20,8 +20,11 @@ from aicache.errors import BadInput
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from aicache.cli.output import help_text
+
     p = subparsers.add_parser("mount", help="mount a remote store read-only through the cache",
-                              description=__doc__.split("\n")[0])
+                              description=help_text(__doc__),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("remote_url", metavar="REMOTE_URL")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     add_engine_args(p)

@@ -125,3 +125,14 @@ def track(items: Iterable[T], total: int | None, description: str) -> Iterator[T
         for x in items:
             yield x
             bar.advance(1)
+
+
+def help_text(doc: str | None) -> str:
+    """A command module's docstring as its ``--help`` description: whole paragraphs (a
+    first line alone stops mid-sentence), without reST's double back-quotes; for a parser
+    with ``argparse.RawDescriptionHelpFormatter``, which keeps the paragraphs."""
+    import textwrap
+
+    paras = (textwrap.fill(" ".join(p.split()).replace("``", ""), 88)
+             for p in (doc or "").strip().split("\n\n"))
+    return "\n\n".join(paras)

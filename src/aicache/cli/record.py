@@ -38,11 +38,13 @@ def _inner_parser() -> argparse.ArgumentParser:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from aicache.cli.output import help_text
+
     # argparse cannot mix options, a positional and a ``-- COMMAND...`` tail under a
     # subcommand, so everything is taken raw here and split at ``--`` in run().
     p = subparsers.add_parser(
         "record", help="run a command reading through the cache; write a block trace",
-        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=help_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_inner_parser().format_help().replace("usage: ", "arguments: ", 1) + " -- COMMAND...")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="REMOTE_URL --out T.csv ... -- COMMAND...")
     return p

@@ -17,8 +17,10 @@ from aicache.errors import BadInput
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("umount", help="unmount an aicache mount",
-                              description=__doc__.split("\n\n")[0].replace("\n", " "))
+    from aicache.cli.output import help_text
+
+    p = subparsers.add_parser("umount", help="unmount an aicache mount", description=help_text(__doc__),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.add_argument("--lazy", "-z", action="store_true",
                    help="detach now even if files are open there; unmount when they are closed")
