@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import http.server
 import os
 import random
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import fsspec
@@ -309,3 +311,75 @@ def test_mount_sees_a_local_same_size_rewrite(tmp_path: Path) -> None:
     finally:
         rc = stop_mount(proc, str(mnt))
     assert rc == 0
+
+
+# -- HTTP: ETag + If-Match ------------------------------------------------------------------
+class _Objects(http.server.BaseHTTPRequestHandler):
+    """A minimal HTTP object server: HEAD/GET with ETag, one-range Range and If-Match."""
+
+    objects: dict[str, bytes] = {}
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _head(self) -> bytes | None:
+        data = self.objects.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return None
+        etag = '"' + hashlib.md5(data).hexdigest() + '"'
+        if self.headers.get("If-Match") not in (None, etag):
+            self.send_error(412)
+            return None
+        body, status, extra = data, 200, {}
+        rng = self.headers.get("Range")
+        if rng:
+            a, b = rng.split("=", 1)[1].split("-")
+            start, end = int(a), min(int(b) + 1 if b else len(data), len(data))
+            body, status = data[start:end], 206
+            extra["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+        self.send_response(status)
+        self.send_header("ETag", etag)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.end_headers()
+        return body
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._head()
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = self._head()
+        if body is not None:
+            self.wfile.write(body)
+
+
+@pytest.fixture()
+def http_objects():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Objects)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", _Objects.objects
+    finally:
+        server.shutdown()
+        server.server_close()
+        _Objects.objects.clear()
+
+
+def test_http_overwrite_seen_and_open_handle_pinned_by_etag(http_objects, tmp_path: Path) -> None:
+    base, objects = http_objects
+    url = f"{base}/d/x.bin"
+    old, new = rand(40, 3 * BLOCK), rand(41, 3 * BLOCK)
+    objects["/d/x.bin"] = old
+    with engine(fsspec.filesystem("http", skip_instance_cache=True), tmp_path / "c", ttl=0.0) as e:
+        meta = e.stat(url)
+        assert e.read_meta(meta, 0, BLOCK) == old[:BLOCK]
+        objects["/d/x.bin"] = new
+        with pytest.raises(OSError) as err:
+            e.read_meta(meta, BLOCK, BLOCK)
+        assert err.value.errno == errno.ESTALE
+        assert e.store.get(BlockKey(meta.path, meta.version, 1)) is None
+        assert e.read(url) == new
+        assert meta.version.startswith("etag:")  # keyed (and pinned) by the ETag

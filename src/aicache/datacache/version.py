@@ -194,19 +194,24 @@ class HTTPScheme(VersionScheme):
     pinned = True
 
     def identify(self, info: Mapping[str, Any]) -> Identity:
-        etag = info.get("ETag") or info.get("etag")
-        if etag:
-            return Identity(int(info["size"]), f"etag:{str(etag).strip(chr(34))}")
+        etag = str(info.get("ETag") or info.get("etag") or "")
         lm = info.get("Last-Modified") or info.get("last_modified") or ""
-        return Identity(int(info["size"]), f"lm:{lm}:{info['size']}")
+        if etag and not etag.startswith("W/"):
+            return Identity(int(info["size"]), f"etag:{etag.strip(chr(34))}")
+        # a weak ETag never passes If-Match (a strong comparison): keyed by it, but reads
+        # are pinned by Last-Modified when the server gives one
+        weak = f":{etag}" if etag else ""
+        return Identity(int(info["size"]), f"lm:{lm}:{info['size']}{weak}")
 
     def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
              end: int) -> bytes:
         v = version
         if v.startswith("etag:"):
             headers = {"If-Match": '"' + v[5:] + '"'}
-        elif v.startswith("lm:") and v.count(":") >= 2 and v[3:].rsplit(":", 1)[0]:
-            headers = {"If-Unmodified-Since": v[3:].rsplit(":", 1)[0]}
+        elif v.startswith("lm:") and not v.startswith("lm::"):
+            # an HTTP date has no ":"-free form, so it is cut at the size that follows it
+            lm = v[3:].split(" GMT:", 1)[0] + " GMT" if " GMT:" in v else ""
+            headers = {"If-Unmodified-Since": lm} if lm else {}
         else:
             headers = {}
         try:
