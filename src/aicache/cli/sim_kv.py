@@ -9,6 +9,7 @@ Prints a table by default and CLI.md's JSON keys (plus extras such as
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -38,7 +39,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="model whose KV geometry sizes the blocks (default qwen3-8b)")
     p.add_argument("--session-window", default="12h", metavar="DURATION",
                    help="window that session starts spread over (12h, 4h, 2h, 30min...)")
-    p.add_argument("--in-flight", type=int, default=4, metavar="N", help="requests served at once")
+    p.add_argument("--in-flight", type=int, default=4, metavar="N",
+                   help="requests served at once (per GPU when queueing)")
+    p.add_argument("--prefill-gpus", type=int, default=None, metavar="N",
+                   help="queueing study: N prefill GPUs, TTFT from arrival (warns when the "
+                        "offered load exceeds them). Default: the seed's logical replay clock "
+                        "(6,500 computed tokens = 1 s), TTFT from submission")
+    p.add_argument("--prefill-tokens-per-s", type=float, default=None, metavar="X",
+                   help="queueing study: each GPU's prefill rate (default 6500; implies "
+                        "--prefill-gpus 1)")
     p.add_argument("--transfer", default=None, metavar="MODE",
                    help="override the reload schedule: serial, overlap, coordinated")
     p.add_argument("--dram-policy", default="lru", metavar="NAME",
@@ -69,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         theta_r=args.theta_r, promotion=args.promotion,
         session_window=parse_duration(args.session_window, what="--session-window"),
         in_flight=args.in_flight, transfer=args.transfer, dram_policy=args.dram_policy,
-        seed=args.seed)
+        seed=args.seed, **_queueing(args))
     _, model = validate(params)
     bad = 0
     if args.workload is not None:
@@ -89,8 +98,27 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"trace {name!r} has no requests; give a non-empty KV trace")
     with progress(len(reqs), f"sim kv {args.system}") as bar:
         res = simulate_kv(reqs, params, progress=bar)
+    for w in res.warnings:
+        print(f"aicache sim kv: warning: {w}", file=sys.stderr)
     out = dict(res.metrics)
     out["trace"] = name
     out["bad_records"] = bad
     emit(out, as_json=args.json, title="sim kv")
     return 0
+
+
+def _queueing(args: argparse.Namespace) -> dict[str, Any]:
+    """KVSimParams overrides of the queueing mode (none: the seed's replay clock)."""
+    from aicache.errors import BadInput
+
+    gpus, tps = args.prefill_gpus, args.prefill_tokens_per_s
+    if gpus is None and tps is None:
+        return {}
+    if gpus is not None and gpus < 1:
+        raise BadInput(f"--prefill-gpus {gpus} must be at least 1")
+    if tps is not None and not tps > 0:
+        raise BadInput(f"--prefill-tokens-per-s {tps} must be a positive rate")
+    out: dict[str, Any] = {"prefill_gpus": gpus or 1}
+    if tps is not None:
+        out["prefill_tps"] = tps
+    return out

@@ -8,11 +8,24 @@ Methodology (seed 002 §3/§5.1, spec ``SARIA.md``):
   successor arrives its recorded interval after its predecessor finished.
   **Timestamp replay** (no session ids, e.g. Mooncake): requests arrive at their
   timestamps (relative to the first).
-* At most ``in_flight`` requests are served at once (FIFO admission). A request's cache
-  transfer runs through the shared :class:`~aicache.kv.saria.TransferCoordinator`;
-  then its uncached suffix is prefilled on one GPU whose logical clock advances at
-  ``prefill_tps`` tokens/s (FIFO). Requests stop after the first token (prefill only).
-  TTFT = waiting + transfer + queueing for the GPU + prefill.
+* **Replay clock** (the default, the seed's: "the logical replay clock advances at 6,500
+  computed prefill tokens/s; reported latencies use wall-clock time"). Session starts,
+  recorded idle intervals and timestamps are laid out on a clock that advances with the
+  work the server does: while the prefill GPU computes, 1 s of replay time passes per
+  ``prefill_tps`` (6,500) computed tokens; when nothing is in flight the clock jumps to the
+  next arrival. At most ``in_flight`` requests are *submitted* at once (FIFO); an arrival
+  that finds every slot taken waits in the replay driver, so arrivals are paced by the
+  work actually done (a trace offering more load than the server serves is stretched —
+  ``replay_stretch`` — instead of queueing without bound). TTFT runs from submission:
+  cache transfer (shared :class:`~aicache.kv.saria.TransferCoordinator`) + waiting for
+  the GPU behind the other in-flight requests + prefill of the uncached suffix. Requests
+  stop after the first token (prefill only).
+* **Queueing mode** (only when asked: ``prefill_gpus ≥ 1``): ``prefill_gpus`` GPUs at
+  ``prefill_tps`` each serve ``in_flight`` requests per GPU; arrivals keep their trace /
+  session times whatever the load, and TTFT runs from *arrival*, so it includes the wait
+  for a slot. The result reports the offered load (computed prefill tokens per second of
+  arrivals over the GPUs' capacity) and utilisation, and warns when the offered load
+  exceeds capacity (the queue then grows for as long as the trace lasts).
 * CHAR = hit blocks / blocks a cache of unlimited capacity would have hit on the same
   arrival schedule (a shadow prefix set updated when each request finishes, with the same
   checkpoint-boundary rule for hybrid models).
@@ -109,7 +122,8 @@ class KVSimParams:
     est_disk_gbps: float | None = None  #: coordinator's estimate of B_disk (default: exact)
     session_window: float = 12 * 3600.0
     in_flight: int = 4
-    prefill_tps: float = 6500.0
+    prefill_tps: float = 6500.0         #: replay clock rate; per-GPU rate when queueing
+    prefill_gpus: int = 0               #: 0: the seed's replay clock; N: queue behind N GPUs
     replay: str = "auto"                #: auto / sessions / timestamps
     dram_policy: str = "lru"
     metadata_window: float = 3600.0
@@ -185,6 +199,8 @@ class KVSimResult:
     metrics: dict[str, Any]
     ttft: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     transfer: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    #: one line each, for the driver to print (e.g. offered load above capacity)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndexParams:
@@ -226,6 +242,9 @@ def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
                        f"give at least {bt} (or use --system dram-only)")
     if p.in_flight < 1:
         raise BadInput(f"--in-flight {p.in_flight} must be at least 1")
+    if p.prefill_gpus < 0:
+        raise BadInput(f"--prefill-gpus {p.prefill_gpus} must be at least 1 (or omitted for "
+                       f"the replay clock)")
     if p.promotion is not None and not 0.0 <= p.promotion <= 1.0:
         raise BadInput(f"--promotion {p.promotion} must be a DRAM share between 0 and 1")
     if not p.session_window > 0:
@@ -304,7 +323,9 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     cb = model.block_tokens
     ck_every = index.ck_every
     tps = params.prefill_tps
-    n_slots = params.in_flight
+    queueing = params.prefill_gpus > 0
+    n_gpus = max(1, params.prefill_gpus)
+    n_slots = params.in_flight * n_gpus
 
     heads, session_mode = _schedule_arrivals(reqs, params)
     heap: list[tuple[float, int, int, _Req]] = []
@@ -317,8 +338,11 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     shadow: dict[tuple[int, Hashable], int] = {}
     waiting: deque[_Req] = deque()
     in_flight = 0
-    gpu_free = 0.0
+    gpu_free = [0.0] * n_gpus
+    gpu_busy = 0.0
+    computed_tokens = 0
     ttft: list[float] = []
+    waits: list[float] = []
     transfer: list[float] = []
     hits: list[int] = []
     achv: list[int] = []
@@ -329,6 +353,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     ssd_read_marked: set[Any] = set()
     t_first = min((h.arrival for h in heads), default=0.0)
     t_last = t_first
+    last_arrival = t_first
 
     def start(r: _Req, t: float) -> None:
         nonlocal in_flight, block_events, dram_hit_blocks, ssd_hit_blocks, hit_requests
@@ -369,14 +394,17 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
             transfer_done(r, t)
 
     def transfer_done(r: _Req, t: float) -> None:
-        nonlocal gpu_free, seq
+        nonlocal gpu_busy, computed_tokens, seq
         r.transfer = t - r.t_start
         plan = r.plan
         assert plan is not None
         uncached = max(0, r.input_length - plan.hit_tokens)
-        s = max(t, gpu_free)
+        g = gpu_free.index(min(gpu_free)) if n_gpus > 1 else 0
+        s = max(t, gpu_free[g])
         end = s + uncached / tps
-        gpu_free = end
+        gpu_free[g] = end
+        gpu_busy += uncached / tps
+        computed_tokens += uncached
         heapq.heappush(heap, (end, seq, 1, r))
         seq += 1
 
@@ -400,7 +428,9 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
             if nxt is None:
                 nxt = shadow[key] = len(shadow) + 1
             sid = nxt
-        ttft.append(t - r.arrival)
+        # the replay clock measures latency from submission; a queueing study from arrival
+        ttft.append(t - (r.arrival if queueing else r.t_start))
+        waits.append(r.t_start - r.arrival)
         transfer.append(r.transfer)
         hits.append(plan.hit_blocks)
         achv.append(r.achievable)
@@ -426,6 +456,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
             continue
         t, _, kind, r = heapq.heappop(heap)
         if kind == 0:
+            last_arrival = max(last_arrival, t)
             if in_flight < n_slots:
                 start(r, t)
             else:
@@ -456,6 +487,14 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     else:
         lifetime = None
     hit_total = dram_hit_blocks + ssd_hit_blocks
+    arrival_span = last_arrival - t_first
+    offered = (computed_tokens / (arrival_span * n_gpus * tps) if arrival_span > 0 else None)
+    warns: list[str] = []
+    if queueing and offered is not None and offered > 1.0:
+        warns.append(f"offered prefill load is {offered:.2f}x the capacity of {n_gpus} GPU(s) "
+                     f"at {tps:g} tokens/s: the queue grows for the whole trace and TTFT "
+                     f"measures it (drop --prefill-gpus for the seed's replay clock, or add "
+                     f"GPUs)")
     metrics: dict[str, Any] = {
         "system": spec.name,
         "requests": int(tt.size),
@@ -482,6 +521,14 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "lookup": ip.lookup.value,
         "transfer_mode": coord.mode.value,
         "replay": "sessions" if session_mode else "timestamps",
+        "replay_clock": "queueing" if queueing else "logical",
+        "prefill_gpus": n_gpus,
+        "prefill_tokens_per_s": tps,
+        "computed_prefill_tokens": int(computed_tokens),
+        "offered_load": offered,
+        "gpu_utilisation": gpu_busy / (n_gpus * duration) if duration > 0 else None,
+        "replay_stretch": duration / arrival_span if arrival_span > 0 else None,
+        "replay_wait_mean_s": float(np.mean(waits)) if waits else float("nan"),
         "dram_tokens": params.dram_tokens if spec.dram else 0,
         "ssd_tokens": params.ssd_tokens if spec.ssd else 0,
         "duration_s": duration,
@@ -508,4 +555,4 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "wall_seconds": wall,
         "block_events_per_second": block_events / wall if wall > 0 else None,
     }
-    return KVSimResult(metrics, tt, tr)
+    return KVSimResult(metrics, tt, tr, warns)
