@@ -52,7 +52,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from aicache.errors import BadInput
 from aicache.kv.eviction import BlockEvictionPolicy, make_dram_policy
@@ -108,6 +108,52 @@ class AdmissionRule:
     def prewrite_due(self, e: int, r: int) -> bool:
         """Would the block qualify now or at its next eviction (``E_b + 1``)?"""
         return self.admit(e + 1, r)
+
+
+class SSDAdmission(Protocol):
+    """The SSD admission decision of a :class:`KVIndex`, by node (the seam for policies
+    that read more than ``E_b``/``R_b``: an offline oracle, a learned predictor).
+
+    ``at_eviction``: the node is leaving DRAM (``E_b`` already counted) and has no SSD
+    copy — write it first? ``prewrite_now``: a request just reused the node from DRAM
+    (``R_b`` counted) — start its write while it stays in DRAM? ``prewrite_at_store``:
+    the node was just (re)stored in DRAM — start its write? ``on_reference``: a request
+    reused the node (``R_b`` just grew), served or recomputed; ``on_write``: the index
+    issued an SSD write of ``size`` bytes."""
+
+    label: str
+
+    def at_eviction(self, node: RadixNode, now: float) -> bool: ...
+    def prewrite_now(self, node: RadixNode, now: float) -> bool: ...
+    def prewrite_at_store(self, node: RadixNode, now: float) -> bool: ...
+    def on_reference(self, node: RadixNode, now: float) -> None: ...
+    def on_write(self, node: RadixNode, size: int, now: float) -> None: ...
+
+
+class RuleAdmission:
+    """The seed's rule as an :class:`SSDAdmission`: at eviction ``admit(E_b, R_b)``;
+    prewrite when ``R_b`` reached θ_R or ``E_b + 1`` would qualify."""
+
+    __slots__ = ("rule", "label")
+
+    def __init__(self, rule: AdmissionRule) -> None:
+        self.rule = rule
+        self.label = rule.label
+
+    def at_eviction(self, node: RadixNode, now: float) -> bool:
+        return self.rule.admit(node.E, node.R)
+
+    def prewrite_now(self, node: RadixNode, now: float) -> bool:
+        return self.rule.admit(node.E, node.R)
+
+    def prewrite_at_store(self, node: RadixNode, now: float) -> bool:
+        return self.rule.prewrite_due(node.E, node.R)
+
+    def on_reference(self, node: RadixNode, now: float) -> None:
+        return None
+
+    def on_write(self, node: RadixNode, size: int, now: float) -> None:
+        return None
 
 
 # ------------------------------------------------------------------------- promotion
@@ -400,6 +446,9 @@ class KVIndexParams:
     dram_policy: str = "lru"
     dram_policy_params: dict[str, Any] = field(default_factory=dict)
     metadata_window: float = 3600.0
+    #: replaces the E/R rule's decisions (``admission`` still names full-duplicate);
+    #: ``None`` = the seed's rule
+    admission_policy: SSDAdmission | None = None
 
 
 class KVIndex:
@@ -426,7 +475,8 @@ class KVIndex:
             **params.dram_policy_params)
         self.ssd_lru: OrderedDict[RadixNode, None] = OrderedDict()
         self.stats = IndexStats()
-        self.rule = params.admission
+        self.adm: SSDAdmission = params.admission_policy or RuleAdmission(params.admission)
+        self._rule = params.admission
         self.prom = params.promotion
         #: False after :meth:`stop_ssd_admissions`: no SSD write is issued any more
         self.ssd_admitting = True
@@ -435,6 +485,17 @@ class KVIndex:
         self._op_moves: Moves | None = None
         self._op_dropped: set[RadixNode] = set()
         self._op_written: set[RadixNode] = set()
+
+    @property
+    def rule(self) -> AdmissionRule:
+        """The E/R rule (``everything`` = full duplicate). Setting it (the real store
+        stops admissions on a full device this way) also replaces any admission policy."""
+        return self._rule
+
+    @rule.setter
+    def rule(self, rule: AdmissionRule) -> None:
+        self._rule = rule
+        self.adm = RuleAdmission(rule)
 
     # ------------------------------------------------------------------ helpers
     def size(self, node: RadixNode) -> int:
@@ -526,14 +587,15 @@ class KVIndex:
         st.dram_read_bytes += plan.dram_bytes
         st.ssd_reads += plan.ssd_blocks
         pol, ssd_lru = self.policy, self.ssd_lru
-        rule, prewrite = self.rule, self.p.prewrite and self.ssd_capacity > 0
+        adm, prewrite = self.adm, self.p.prewrite and self.ssd_capacity > 0
         for n, src in zip(plan.nodes, plan.sources):
             n.R += 1
+            adm.on_reference(n, now)
             n.t_reuse = now
             if src is Tier.DRAM:
                 n.t_access = now
                 pol.on_access(n, now)
-                if prewrite and not n.kv_loc & _SSD and rule.admit(n.E, n.R):
+                if prewrite and not n.kv_loc & _SSD and adm.prewrite_now(n, now):
                     if self._ssd_write(n, now, moves):
                         moves.prewrites.append(n)
                         st.prewrites += 1
@@ -580,13 +642,14 @@ class KVIndex:
                 off += n.tokens
         dram_on = self.dram_capacity > 0
         ssd_on = self.ssd_capacity > 0
-        rule = self.rule
+        rule, adm = self.rule, self.adm
         prewrite = self.p.prewrite and ssd_on
         pol = self.policy
         for i in range(skip, len(path)):
             n = path[i]
             if i < reused:
                 n.R += 1
+                adm.on_reference(n, now)
             n.t_reuse = now
             n.t_access = now
             if dram_on:
@@ -597,7 +660,7 @@ class KVIndex:
                 if ssd_on and not n.kv_loc & _SSD:
                     if rule.everything:
                         self._ssd_write(n, now, moves)
-                    elif prewrite and rule.prewrite_due(n.E, n.R) and n.kv_loc & _DRAM:
+                    elif prewrite and n.kv_loc & _DRAM and adm.prewrite_at_store(n, now):
                         if self._ssd_write(n, now, moves):
                             moves.prewrites.append(n)
                             self.stats.prewrites += 1
@@ -682,7 +745,7 @@ class KVIndex:
         st = self.stats
         st.dram_evictions += 1
         if self.ssd_capacity > 0 and self.ssd_admitting and not n.kv_loc & _SSD:
-            if self.rule.admit(n.E, n.R):
+            if self._rule.everything or self.adm.at_eviction(n, now):
                 st.admitted_at_eviction += 1
                 self._ssd_write(n, now, moves)
             else:
@@ -737,6 +800,7 @@ class KVIndex:
         st.ssd_writes += 1
         st.ssd_write_bytes += size
         moves.ssd_writes.append(n)
+        self.adm.on_write(n, size, now)
         return True
 
     def _scope(self, moves: Moves) -> None:

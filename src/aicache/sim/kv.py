@@ -42,17 +42,19 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from aicache.errors import BadInput
+from aicache.kv.admission import OracleAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.saria import (
     GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, PromotionMode,
-    PromotionParams, ReloadPlan, RequestAttrs, Tier, TransferCoordinator, TransferMode,
+    PromotionParams, ReloadPlan, RequestAttrs, SSDAdmission, Tier, TransferCoordinator,
+    TransferMode,
 )
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
@@ -68,7 +70,8 @@ JSON_KEYS = ("system", "requests", "ttft_mean_s", "ttft_p90_s", "ttft_p25bad_s",
 @dataclass(frozen=True)
 class SystemSpec:
     """A cache configuration by name. ``admission=None`` means SARIA's own admission
-    (θ_E / θ_R from the run's parameters)."""
+    (θ_E / θ_R from the run's parameters); ``admission_policy`` names an
+    :data:`ADMISSION_POLICIES` entry that replaces it."""
 
     name: str
     dram: bool = True
@@ -77,6 +80,7 @@ class SystemSpec:
     lookup: LookupMode = LookupMode.UNIFIED
     promotion: PromotionMode = PromotionMode.PARTIAL
     transfer: TransferMode = TransferMode.COORDINATED
+    admission_policy: str | None = None
 
 
 _FD = AdmissionRule(None, None, True)
@@ -94,9 +98,21 @@ SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
 SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
                                               promotion=PromotionMode.FULL),
                  "HiCache-style: every SSD hit kept in DRAM (full duplicate)")
+SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
+                 "SARIA with offline oracle admission: persist exactly the blocks a later "
+                 "request references (the frontier)")
 SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
                                               promotion=PromotionMode.ZERO),
                  "FlexKV/Dynamo-style: SSD hits go to GPU only (full duplicate)")
+
+
+#: SSD admission policies by name (``--admission NAME`` or a system's ``admission_policy``);
+#: a factory gets the prepared trace and the run's parameters
+ADMISSION_POLICIES: Registry[Callable[[Sequence["_Req"], "KVSimParams", ModelSpec], SSDAdmission]] = \
+    Registry("SSD admission policy")
+ADMISSION_POLICIES.register(
+    "oracle", lambda reqs, p, m: OracleAdmission([r.keys for r in reqs]),
+    "offline: write a block at its DRAM eviction iff a later request references it")
 
 
 @dataclass(frozen=True)
@@ -203,8 +219,17 @@ class KVSimResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def _policy_name(p: KVSimParams, spec: SystemSpec) -> str | None:
+    """The admission policy replacing the E/R rule, if any."""
+    if p.admission and p.admission in ADMISSION_POLICIES:
+        return p.admission
+    return None if p.admission else spec.admission_policy
+
+
 def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndexParams:
-    if p.admission:
+    if _policy_name(p, spec) is not None:
+        rule = AdmissionRule(None, None, False)  # decisions come from the policy
+    elif p.admission:
         rule = AdmissionRule.parse(p.admission)
     elif spec.admission is not None:
         rule = spec.admission
@@ -314,6 +339,12 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     for r in reqs:  # a prepared list may be replayed more than once
         r.next, r.plan, r.gap = None, None, 0.0
     ip = _index_params(params, spec, model)
+    pname = _policy_name(params, spec)
+    adm_policy = (ADMISSION_POLICIES.get(pname)(reqs, params, model)
+                  if pname is not None and spec.ssd else None)
+    oracle = adm_policy if isinstance(adm_policy, OracleAdmission) else None
+    if adm_policy is not None:
+        ip = replace(ip, admission_policy=adm_policy)
     index = KVIndex(ip)
     bw = Bandwidths(params.gpu_gbps * GB, params.disk_gbps * GB, params.dram_gbps * GB)
     est = replace(bw, disk=params.est_disk_gbps * GB) if params.est_disk_gbps else None
@@ -362,6 +393,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         r.t_start = t
         keys = r.keys
         block_events += len(keys)
+        if oracle is not None:
+            oracle.started(keys)
         plan = index.lookup(ns, keys, t)
         # unlimited-capacity reference: leading blocks any earlier finished request stored
         sid = 0
@@ -515,7 +548,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "transfer_p5bad_s": _p25bad(tr, 0.05),
         # extras (stable additions)
         "model": model.name,
-        "admission": ip.admission.label if spec.ssd else "none",
+        "admission": index.adm.label if spec.ssd else "none",
         "promotion": ip.promotion.mode.value if spec.dram else "none",
         "promotion_r": ip.promotion.r,
         "lookup": ip.lookup.value,
