@@ -33,7 +33,7 @@ _DROP = ("wall_seconds", "block_events_per_second")
 FULL_SESSIONS = {"agent": 350, "weka": 170}
 FIG10 = [("DO", "dram-only", None), ("E5", "saria", 5), ("E4", "saria", 4), ("E3", "saria", 3),
          ("E2", "saria", 2), ("FD", "full-duplicate", None), ("LMC+", "lmcache-plus", None),
-         ("GO", "gds-only", None)]
+         ("GO", "gds-only", None), ("OR", "oracle", None)]
 
 
 #: the Mooncake FAST'25 synthetic trace shipped with the repository (traces/README.md)
@@ -326,7 +326,7 @@ class Ablation(_KVExperiment):
 
 # --------------------------------------------------------------------- Fig. 13
 ADMISSIONS = ([f"E{e}" for e in (2, 3, 4, 6)] + [f"R{r}" for r in (4, 8, 16, 32, 48)]
-              + [f"E2∨R{r}" for r in (2, 8, 24)] + ["full-duplicate"])
+              + [f"E2∨R{r}" for r in (2, 8, 24)] + ["full-duplicate", "oracle"])
 
 
 class Admission(_KVExperiment):
@@ -338,7 +338,8 @@ class Admission(_KVExperiment):
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         base = _scaled("agent", quick, 30)
         return [{**base, "label": a, "family": a[0] if "∨" not in a and a[0] in "ER" else
-                 ("E∨R" if "∨" in a else "FD"), "system": "saria", "admission": a, "seed": 0}
+                 ("E∨R" if "∨" in a else "oracle" if a == "oracle" else "FD"),
+                 "system": "saria", "admission": a, "seed": 0}
                 for a in ADMISSIONS]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
