@@ -1,8 +1,9 @@
 """``aicache mount REMOTE_URL MOUNTPOINT --cache-dir DIR --cache-size SIZE`` — a read-only
 FUSE mount of any fsspec store (``s3://bucket/data``, ``gs://…``, ``/local/dir``) through
 the adaptive block cache. Runs until SIGINT (Ctrl-C), SIGTERM or ``aicache umount
-MOUNTPOINT``, then unmounts cleanly. Remote options: ``-o endpoint_url=http://…`` (S3 endpoint),
-``-o anon=true`` … (values parsed as JSON when they parse).
+MOUNTPOINT``, then unmounts cleanly. S3-compatible stores: ``--endpoint-url http://…``,
+``--region``; other remote options: ``-o anon=true`` … (values parsed as JSON when they
+parse).
 """
 
 from __future__ import annotations
@@ -50,9 +51,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", required=True, help="local cache directory (persists)")
-    p.add_argument("--cache-size", required=True, help="byte budget, e.g. 100GiB")
+#: ``--log-level`` names, as logging's
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) -> None:
+    """The options of an engine and its remote (``mount``, ``record``). Without
+    ``cache_required``, ``--cache-dir`` and ``--cache-size`` default to the fsspec
+    filesystem's defaults (``~/.cache/aicache``, 10GiB)."""
+    if cache_required:
+        p.add_argument("--cache-dir", required=True, help="local cache directory (persists)")
+        p.add_argument("--cache-size", required=True, help="byte budget, e.g. 100GiB")
+    else:
+        from aicache.datacache.engine import default_cache_dir
+
+        p.add_argument("--cache-dir", default=default_cache_dir(),
+                       help="local cache directory (persists; default %(default)s)")
+        p.add_argument("--cache-size", default="10GiB", help="byte budget (default %(default)s)")
     p.add_argument("--block-size", default="4MiB", help="cache block size (default 4MiB)")
     p.add_argument("--policy", default="chiron", help="chiron, juicefs, alluxio, lru, … (default chiron)")
     p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
@@ -64,6 +79,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="how long a stat, listing or open may use metadata older than the "
                         "remote's (default 60; 0: ask the remote every time)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--endpoint-url", default=None, metavar="URL",
+                   help="S3-compatible endpoint for an s3:// REMOTE_URL (MinIO, Ceph, R2, …), "
+                        "e.g. http://127.0.0.1:9000")
+    p.add_argument("--region", default=None, help="S3 region of the bucket, e.g. eu-west-1")
+    p.add_argument("--log-level", default=None, type=str.lower, choices=LOG_LEVELS,
+                   help="log this and worse (default: info to the log file of a background "
+                        "mount, warnings to stderr in the foreground)")
 
 
 def check_cache_dir(path: str) -> None:
@@ -125,6 +147,39 @@ def remote_options(pairs: list[str]) -> dict[str, Any]:
             out[k] = v
     if "endpoint_url" in out:  # s3fs takes it inside client_kwargs
         out.setdefault("client_kwargs", {})["endpoint_url"] = out.pop("endpoint_url")
+    return out
+
+
+def remote_options_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The remote's storage options: ``-o`` pairs plus ``--endpoint-url``/``--region``
+    (s3fs takes both inside ``client_kwargs``); the two ways disagreeing is bad input."""
+    from urllib.parse import urlsplit
+
+    from fsspec.core import split_protocol
+
+    out = remote_options(args.option)
+    s3 = {}
+    if args.endpoint_url is not None:
+        u = urlsplit(args.endpoint_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise BadInput(f"--endpoint-url {args.endpoint_url!r} is not an http(s) URL; "
+                           "give e.g. http://127.0.0.1:9000")
+        s3["endpoint_url"] = args.endpoint_url
+    if args.region is not None:
+        if not args.region or not all(c.isalnum() or c == "-" for c in args.region):
+            raise BadInput(f"--region {args.region!r} is not a region name; give e.g. us-east-1")
+        s3["region_name"] = args.region
+    if s3:
+        protocol = split_protocol(args.remote_url)[0]
+        if protocol not in ("s3", "s3a"):
+            raise BadInput(f"--endpoint-url/--region apply to s3:// remotes, not {args.remote_url!r}; "
+                           "pass that store's options with -o KEY=VALUE")
+        client = out.setdefault("client_kwargs", {})
+        for key, value in s3.items():
+            flag = "--endpoint-url" if key == "endpoint_url" else "--region"
+            if client.get(key, value) != value:
+                raise BadInput(f"{flag} {value!r} and -o {key}={client[key]!r} disagree; give one")
+            client[key] = value
     return out
 
 
@@ -211,12 +266,12 @@ def run(args: argparse.Namespace) -> int:
         if not fuse_ll.supported():
             raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
                            f"{fuse_ll.libfuse_version()}); use --fuse-api highlevel or auto")
-    options = remote_options(args.option)
+    options = remote_options_of(args)
     fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
     log_file = args.log_file or (None if args.foreground else
                                  os.path.join(os.path.abspath(args.cache_dir), "mount.log"))
-    if log_file is not None:
-        _log_to(log_file)
+    if log_file is not None or args.log_level is not None:
+        _log_to(log_file, args.log_level or "info")
     if not args.foreground:
         if _detach(mp):
             print(f"mounted {args.remote_url} at {mp} (logs: {log_file}; unmount: aicache umount {mp})")
@@ -238,19 +293,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_to(path: str) -> None:
-    """Send the mount's log (``aicache.*``, INFO and up) to ``path``, appended, as JuiceFS
-    does for a background mount — a detached daemon's stderr goes nowhere."""
+def _log_to(path: str | None, level: str = "info") -> None:
+    """Send the mount's log (``aicache.*``, ``level`` and up) to ``path``, appended, as
+    JuiceFS does for a background mount — a detached daemon's stderr goes nowhere — or,
+    without a path, to stderr."""
     import logging
 
     try:
-        handler = logging.FileHandler(path)
+        handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
     except OSError as exc:
         raise BadInput(f"--log-file {path!r} cannot be written ({exc.strerror}); give a writable path") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("aicache")
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    root.setLevel(level.upper())
 
 
 def _quiet_once_mounted(mountpoint: str, timeout_s: float = 60.0) -> None:

@@ -32,7 +32,7 @@ def _inner_parser() -> argparse.ArgumentParser:
     p = _RaisingParser(prog="aicache record", add_help=False)
     p.add_argument("remote_url", metavar="REMOTE_URL")
     p.add_argument("--out", required=True, help="trace file to write (block-csv)")
-    add_engine_args(p)
+    add_engine_args(p, cache_required=False)
     p.set_defaults(policy="alluxio")
     return p
 
@@ -58,37 +58,43 @@ def run(args: argparse.Namespace) -> int:
 
     raw = list(args.argv)
     if "--" not in raw or raw.index("--") == len(raw) - 1:
-        raise BadInput("no COMMAND given; use: aicache record REMOTE_URL --out T.csv --cache-dir D "
-                       "--cache-size 10GiB -- python train.py")
+        raise BadInput("no COMMAND given; use: aicache record REMOTE_URL --out T.csv -- python train.py")
     cut = raw.index("--")
     cmd = raw[cut + 1:]
     args = _inner_parser().parse_args(raw[:cut])
     out = os.path.abspath(args.out)
     if not os.path.isdir(os.path.dirname(out)):
         raise BadInput(f"--out {args.out!r}: directory {os.path.dirname(out)!r} does not exist")
-    from aicache.cli.mount import engine_config, open_remote, remote_options
+    from aicache.cli.mount import engine_config, open_remote, remote_options_of
     from aicache.datacache.fuse import fuse_available
 
     engine_config(args)
     why = fuse_available()
     if why:
         raise BadInput(why)
-    open_remote(args.remote_url, remote_options(args.option))  # fail fast on a bad URL
+    open_remote(args.remote_url, remote_options_of(args))  # fail fast on a bad URL
     mnt = tempfile.mkdtemp(prefix="aicache-record-")
     mount_cmd = [sys.executable, "-m", "aicache.cli.main", "mount", args.remote_url, mnt,
                  "--cache-dir", args.cache_dir, "--cache-size", args.cache_size,
                  "--block-size", args.block_size, "--policy", args.policy, "--seed", str(args.seed),
+                 "--verify-checksum", args.verify_checksum, "--metadata-ttl", str(args.metadata_ttl),
                  "--foreground", "--record", out]
-    if args.advisor:
-        mount_cmd += ["--advisor", args.advisor]
+    for flag, value in (("--advisor", args.advisor), ("--endpoint-url", args.endpoint_url),
+                        ("--region", args.region), ("--log-level", args.log_level)):
+        if value:
+            mount_cmd += [flag, value]
     for o in args.option:
         mount_cmd += ["-o", o]
-    mounter = subprocess.Popen(mount_cmd, stderr=subprocess.PIPE)
+    # the mount's stderr (its log with --log-level, an error) into a file: a pipe read only
+    # on failure fills up and stalls the mount
+    errlog = tempfile.TemporaryFile()
+    mounter = subprocess.Popen(mount_cmd, stderr=errlog)
     try:
         deadline = time.monotonic() + 60
         while not os.path.ismount(mnt):
             if mounter.poll() is not None or time.monotonic() > deadline:
-                err = mounter.stderr.read().decode().strip() if mounter.stderr else ""
+                errlog.seek(0)
+                err = errlog.read().decode(errors="replace").strip()
                 raise RuntimeError(f"mounting {args.remote_url} failed: {err or 'timeout'}")
             time.sleep(0.05)
         env = dict(os.environ, AICACHE_MOUNT=mnt)
@@ -106,4 +112,7 @@ def run(args: argparse.Namespace) -> int:
             os.rmdir(mnt)
         except OSError:
             pass
+        errlog.seek(0)  # the mount's warnings (its log, with --log-level), after COMMAND's output
+        sys.stderr.write(errlog.read().decode(errors="replace"))
+        errlog.close()
     return rc
