@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from s3fixtures import BLOCK, Dataset, s3, s3_dataset, s3_mount_options, start_mount, stop_mount  # noqa: F401
 
 from aicache.datacache.fs import AICacheFileSystem
+from aicache.datacache.store import HEADER_SIZE
 
 POLICIES = ["chiron", "alluxio", "juicefs", "lru+stride"]
 
@@ -24,7 +25,7 @@ def cached_fs(request: pytest.FixtureRequest, s3_dataset: Dataset):  # noqa: F81
     with tempfile.TemporaryDirectory() as d:
         # a budget of 6 blocks < the dataset (≈ 15 blocks): hits, misses and evictions mix
         fs = AICacheFileSystem(target_protocol="s3", target_options=s3_dataset.server.storage_options,
-                               cache_dir=d, cache_size=6 * (BLOCK + 24), block_size=BLOCK,
+                               cache_dir=d, cache_size=6 * (BLOCK + HEADER_SIZE), block_size=BLOCK,
                                policy=request.param, skip_instance_cache=True)
         yield fs
         fs.engine.wait_prefetches()
@@ -88,7 +89,7 @@ def test_url_chaining_and_metadata_behave_as_target(s3_dataset: Dataset, tmp_pat
 @pytest.fixture(scope="module")
 def fuse_mount(s3_dataset: Dataset):  # noqa: F811
     with tempfile.TemporaryDirectory() as mnt, tempfile.TemporaryDirectory() as cache:
-        proc = start_mount(f"s3://{s3_dataset.root}", mnt, cache, "--cache-size", str(6 * (BLOCK + 24)),
+        proc = start_mount(f"s3://{s3_dataset.root}", mnt, cache, "--cache-size", str(6 * (BLOCK + HEADER_SIZE)),
                            "--block-size", str(BLOCK), "--policy", "chiron",
                            *s3_mount_options(s3_dataset.server))
         try:

@@ -1,10 +1,13 @@
 """``aicache cache stats|verify|clear --cache-dir DIR [--json]`` — inspect a cache directory.
 
 Works on a directory an engine (mount, fsspec filesystem) created, while engines use it:
-``verify`` and ``clear`` take the store's lock, so concurrent readers stay safe.
+``verify`` and ``clear`` take the store's lock, so concurrent readers stay safe. A damaged
+directory still opens: a corrupt or missing index is rebuilt from the block headers, and
+``clear`` first removes entries of the wrong type (``blocks/`` a file, ``lock`` a directory).
 JSON keys: ``stats`` → ``cache_dir, blocks, used_bytes, capacity_bytes, block_size,
-checksum``; ``verify`` → ``cache_dir, checked, bad, missing, orphans, removed, clean``;
-``clear`` → ``cache_dir, removed``.
+checksum``; ``verify`` → ``cache_dir, checked, bad, misplaced, missing, orphans, removed, clean``
+(``misplaced``: valid blocks whose header names another block); ``clear`` → ``cache_dir,
+removed, repaired`` (the wrong-type entries it removed).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from aicache.datacache.store import BlockStore
 
     check_cache_dir(args.cache_dir)
+    repaired = BlockStore.repair_layout(args.cache_dir) if args.action == "clear" else []
     store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
     try:
         out: dict[str, Any]
@@ -42,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "verify":
             res = store.verify(clean=not args.no_clean)
             out = {"cache_dir": store.cache_dir, **asdict(res),
-                   "clean": res.bad == 0 and res.missing == 0 and res.orphans == 0}
+                   "clean": not (res.bad or res.misplaced or res.missing or res.orphans)}
         else:
-            out = {"cache_dir": store.cache_dir, "removed": store.clear()}
+            out = {"cache_dir": store.cache_dir, "removed": store.clear(), "repaired": repaired}
     finally:
         store.close()
     emit(out, as_json=args.json, title=f"aicache cache {args.action}")

@@ -44,6 +44,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="libfuse API: lowlevel (one thread answers cached reads inline, workers "
                         "wait on the remote), highlevel (libfuse's thread pool), auto (default: "
                         "lowlevel on libfuse 3 before 3.17, else highlevel)")
+    p.add_argument("--allow-other", action="store_true",
+                   help="let other users read the mount (libfuse's allow_other; a non-root user "
+                        "needs user_allow_other in /etc/fuse.conf). Default: only you")
     p.add_argument("--log-file", default=None, metavar="PATH",
                    help="where the mount logs (default: CACHE_DIR/mount.log when it runs in the "
                         "background; stderr with --foreground)")
@@ -78,6 +81,10 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
     p.add_argument("--metadata-ttl", default="60", metavar="SECONDS",
                    help="how long a stat, listing or open may use metadata older than the "
                         "remote's (default 60; 0: ask the remote every time)")
+    p.add_argument("--cache-mode", default="0600", metavar="MODE",
+                   help="octal mode of the cache's files (directories get x where it has r): "
+                        "0600 (default) keeps cached copies private; e.g. 0640 shares a cache "
+                        "with your group")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--endpoint-url", default=None, metavar="URL",
                    help="S3-compatible endpoint for an s3:// REMOTE_URL (MinIO, Ceph, R2, …), "
@@ -88,12 +95,17 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
                         "mount, warnings to stderr in the foreground)")
 
 
-def check_cache_dir(path: str) -> None:
-    """Create ``--cache-dir`` if needed and check that it takes files, before anything is
-    mounted (a mount whose engine cannot start would only fail on its first request)."""
+def check_cache_dir(path: str, mode: int = 0o600) -> None:
+    """Create ``--cache-dir`` if needed (with the directory mode of the cache ``mode``) and
+    check that it takes files, before anything is mounted (a mount whose engine cannot
+    start would only fail on its first request)."""
+    from aicache.datacache.store import dir_mode
+
     d = os.path.abspath(path)
     try:
-        os.makedirs(d, exist_ok=True)
+        if not os.path.lexists(d):
+            os.makedirs(d, mode=dir_mode(mode))
+            os.chmod(d, dir_mode(mode))  # the umask may have narrowed a shared mode
         probe = os.path.join(d, f".aicache-probe-{os.getpid()}")
         with open(probe, "wb"):
             pass
@@ -204,6 +216,7 @@ def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     """Validated (cache size, EngineParams); an unknown policy fails here, before mounting."""
     from aicache.datacache.engine import EngineParams, make_engine_system
+    from aicache.datacache.store import check_cache_mode
     from aicache.units import parse_size
 
     size = parse_size(args.cache_size, what="--cache-size")
@@ -216,9 +229,10 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
         ttl = math.nan
     if not (math.isfinite(ttl) and ttl >= 0):
         raise BadInput(f"--metadata-ttl {args.metadata_ttl!r}: give seconds >= 0, e.g. 60")
+    mode = check_cache_mode(args.cache_mode)
     make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
     return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum,
-                              metadata_ttl_s=ttl)
+                              metadata_ttl_s=ttl, cache_mode=mode)
 
 
 class CsvRecorder:
@@ -251,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)
-    check_cache_dir(args.cache_dir)
+    check_cache_dir(args.cache_dir, params.cache_mode)
     if args.direct_io and args.kernel_cache:
         raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
                        "page cache, the other keeps pages in it); pick one")
@@ -286,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
               policy=args.policy, advisor=args.advisor, params=params,
               foreground=True, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
-              direct_io=args.direct_io, fuse_api=args.fuse_api)
+              direct_io=args.direct_io, fuse_api=args.fuse_api, allow_other=args.allow_other)
     finally:
         if recorder is not None:
             recorder.close()

@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import subprocess
 import sys
 import threading
@@ -50,6 +51,15 @@ SOCK = "policy.sock"
 
 def _key(k: Sequence[Any] | None) -> BlockKey | None:
     return None if k is None else BlockKey(str(k[0]), str(k[1]), int(k[2]))
+
+
+def _socket_mode(cache_dir: str) -> int:
+    """The socket's mode: that of the cache's ``lock`` file (the store gives it the cache
+    mode: 0600 unless the cache is deliberately shared), else owner-only."""
+    try:
+        return stat.S_IMODE(os.stat(os.path.join(cache_dir, "lock")).st_mode) & 0o666
+    except OSError:
+        return 0o600
 
 
 class PolicyDaemon:
@@ -90,6 +100,7 @@ class PolicyDaemon:
         if os.path.exists(self.path):
             os.unlink(self.path)  # stale: we hold daemon.lock, so its owner is gone
         self.server = socketserver.ThreadingUnixStreamServer(self.path, Handler)
+        os.chmod(self.path, _socket_mode(os.path.dirname(self.path)))
         self.server.daemon_threads = True
 
     def now(self) -> float:

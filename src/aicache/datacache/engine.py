@@ -57,7 +57,7 @@ from aicache.adaptive.system import DataCacheSystem
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy import AccessResult, LocalPolicy
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
-from aicache.datacache.store import BlockKey, BlockStore, StoreFull
+from aicache.datacache.store import DEFAULT_CACHE_MODE, BlockKey, StoreFull, open_store
 from aicache.datacache.version import VersionGone, VersionScheme, scheme_for
 from aicache.errors import BadInput
 
@@ -100,6 +100,9 @@ class EngineParams:
     #: bytes of verified block files kept memory-mapped for faster hits (0: off) — see
     #: :mod:`aicache.datacache.mapped`
     mmap_bytes: int = DEFAULT_MMAP_BYTES
+    #: mode of the cache's files (directories get ``x`` where it has ``r``): owner-only by
+    #: default; e.g. 0o640 for a cache shared with a group — see :mod:`aicache.datacache.store`
+    cache_mode: int = DEFAULT_CACHE_MODE
     #: list the whole dataset root once (``find``) on first access, so block ids follow
     #: the sorted path order across folders and readahead crosses folder boundaries; off,
     #: each folder is listed on its first read (ids then follow the order folders are met)
@@ -222,8 +225,9 @@ class CacheEngine:
         self.versions = scheme_for(target)
         self._root = root.rstrip("/")
         self.target = target
-        self.store = BlockStore(cache_dir, cache_size, p.block_size, verify=p.verify,
-                                mmap_bytes=p.mmap_bytes)
+        #: an UncachedStore when the directory cannot be used (reads then go to the remote)
+        self.store = open_store(cache_dir, cache_size, p.block_size, verify=p.verify,
+                                mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode)
         self.block_size = p.block_size
         if daemon:
             from aicache.datacache.daemon import DaemonPolicy
@@ -237,6 +241,7 @@ class CacheEngine:
                                                          p.seed), p.block_size)
         self.metrics = EngineMetrics(self._snapshot)
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
+        self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()
         self.store.on_evict = lambda: self.metrics.evictions.inc()
         self._record = record
         self._t0 = clock()
@@ -772,7 +777,7 @@ class CacheEngine:
         out = {k: self.metrics.value(k) for k in (
             "hits", "misses", "remote_bytes", "prefetch_issued", "prefetch_used",
             "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
-            "enospc", "remote_retries", "remote_errors", "versions_gone")}
+            "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone")}
         out.update(blocks=st.blocks, used_bytes=st.used_bytes, capacity_bytes=st.capacity_bytes,
                    block_size=st.block_size, policy=self.policy_name)
         return out

@@ -41,6 +41,9 @@ may use metadata older than the remote's (the target's own listing cache is bypa
 it). An open file reads the version it opened, start to end, or fails with ESTALE once the
 remote no longer holds that version (:mod:`aicache.datacache.version`).
 
+``cache_mode`` (default ``0o600``: owner-only; e.g. ``"0640"`` for a cache shared with a
+group): the mode of the cache's files, directories getting ``x`` where it has ``r``.
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 """
@@ -58,6 +61,7 @@ from fsspec.utils import tokenize
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, default_cache_dir
 from aicache.datacache.sharing import ENGINES, EngineSpec
+from aicache.datacache.store import check_cache_mode
 from aicache.units import parse_size
 
 
@@ -87,7 +91,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
                  request_timeout: float | None = None, metadata_ttl: float = 60.0,
                  seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
                  verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
-                 share_engine: bool = True, **kwargs: Any) -> None:
+                 share_engine: bool = True, cache_mode: int | str = 0o600,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
@@ -105,7 +110,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
                               retries=int(retries), request_timeout_s=request_timeout,
                               metadata_ttl_s=float(metadata_ttl), seed=int(seed),
                               verify=verify_checksum,
-                              mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"))
+                              mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"),
+                              cache_mode=check_cache_mode(cache_mode))
         self._spec = EngineSpec(
             cache_dir=os.path.realpath(os.path.expanduser(cache_dir or default_cache_dir())),
             target=_target_token(fs), cache_size=parse_size(cache_size, what="cache size"),

@@ -787,7 +787,7 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
           foreground: bool = True, metrics_port: int | None = None,
           record: Callable[[float, str, int, int], None] | None = None,
           kernel_cache: bool = False, readahead_kb: int | None = None,
-          direct_io: bool = False, fuse_api: str = "auto") -> None:
+          direct_io: bool = False, fuse_api: str = "auto", allow_other: bool = False) -> None:
     """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
     SIGTERM/SIGHUP or ``fusermount3 -u``; the low-level driver's own handlers wake its
     loop, see :meth:`aicache.datacache.fuse_ll.LowLevelSession._stop_on_signals`)).
@@ -844,6 +844,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         if kernel_cache and direct_io:
             raise ValueError("kernel_cache and direct_io exclude each other")
         opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
+        if allow_other:  # else the kernel lets only the mounting user in
+            opts["allow_other"] = True
         if direct_io:
             opts["direct_io"] = True
         if ops.splice_bytes:
@@ -856,7 +858,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
         if lowlevel:
             fuse_ll.LowLevelSession(ops, mountpoint, foreground=foreground,
                                     kernel_cache=kernel_cache, direct_io=direct_io,
-                                    max_read=ops.splice_bytes, timeout_s=kernel_ttl).run()
+                                    max_read=ops.splice_bytes, timeout_s=kernel_ttl,
+                                    allow_other=allow_other).run()
             return
         opts.update(attr_timeout=kernel_ttl, entry_timeout=kernel_ttl, negative_timeout=0)
         if LIBFUSE_MAJOR >= 3:

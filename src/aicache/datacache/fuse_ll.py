@@ -202,8 +202,9 @@ class LowLevelSession:
     def __init__(self, ops: Any, mountpoint: str, *, foreground: bool = True,
                  kernel_cache: bool = False, direct_io: bool = False, max_read: int = 0,
                  workers: int = DEFAULT_WORKERS, timeout_s: float | None = None,
-                 debug: bool = False) -> None:
+                 debug: bool = False, allow_other: bool = False) -> None:
         self.ops = ops
+        self.allow_other = allow_other
         self.mountpoint = mountpoint
         self.foreground = foreground
         self.kernel_cache = kernel_cache
@@ -467,6 +468,8 @@ class LowLevelSession:
         opts = ["ro", "default_permissions", "fsname=aicache", "subtype=aicache"]
         if self.max_read:
             opts.append(f"max_read={self.max_read}")
+        if self.allow_other:  # else the kernel lets only the mounting user in
+            opts.append("allow_other")
         return ",".join(opts)
 
     @contextlib.contextmanager

@@ -113,6 +113,8 @@ class EngineMetrics:
         self.evictions = c("evictions", "blocks evicted to stay within the budget")
         self.rejected = c("rejected", "fetched blocks the policy did not admit")
         self.corrupt_blocks = c("corrupt_blocks", "blocks whose checksum failed (dropped, refetched)")
+        self.misplaced_blocks = c("misplaced_blocks", "block files whose header names another "
+                                  "block or an earlier format (dropped, refetched)")
         self.enospc = c("enospc", "blocks not stored because the local disk was full")
         self.remote_retries = c("remote_retries", "remote requests retried")
         self.remote_errors = c("remote_errors", "remote reads that failed after all retries")

@@ -9,10 +9,15 @@ Why this shape (the problems it must not have):
 
 Layout of ``cache_dir``::
 
-    index.sqlite   the index (SQLite, WAL mode): one row per block + a ``meta`` table
+    index.sqlite   the index (SQLite, WAL mode): one row per block, the temp files'
+                   reservations, a ``meta`` table
     lock           fcntl lock file: every index *mutation* and eviction holds LOCK_EX
-    blocks/ab/<key>.blk   one file per block: a 24-byte header + the block's bytes
+    blocks/ab/<key>.blk   one file per block: a 72-byte header + the block's bytes
     tmp/           blocks being written (``<pid>-<n>.tmp``), renamed into ``blocks/``
+
+Every entry is owner-only by default (directories 0700, files 0600: cached copies of
+private objects, and the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
+makes a deliberately shared cache, directories getting ``x`` wherever the mode has ``r``.
 
 Decisions:
 
@@ -28,6 +33,14 @@ Decisions:
   one ``stat`` (is the file still the verified one?) and a ``memcpy`` without the GIL —
   faster than ``pread`` per byte, not only per call. Mappings are pinned while copied
   and re-checked every second, so evicted blocks' disk space is not held for long.
+* **Blocks know who they are.** The header names its block: block size, block index, the
+  16-byte digest that is also its file name (of remote path, version, index, keyed by the
+  block size), and 8-byte hashes of the path and of the version. A read compares them with
+  the key it asked for (one 48-byte comparison against a per-key memo) before it trusts
+  the checksum, so a valid block under another block's name (a misdirected write, a bad
+  restore, a swap) is a miss, dropped and counted (``on_misplaced``), never served; a
+  block file of an earlier format (no identity) is treated the same way, and an index
+  written by an earlier release is emptied at open. ``verify`` checks the same.
 * **Checksums** (xxh3-64 when ``xxhash`` is installed, else blake2b-64) are in the header.
   When they are checked on a read is the ``verify`` mode (:data:`VERIFY_MODES`):
 
@@ -55,15 +68,30 @@ Decisions:
     served — like JuiceFS's ``none``. ``aicache cache verify`` still finds them.
 
   A mismatch drops the block, counts it and reports a miss, so the engine refetches it.
-* **Atomic writes**: write ``tmp/…`` + fsync, then under the lock: evict until the block
-  fits, ``rename`` into place, insert the row, commit. A crash leaves at worst an orphan
-  file (no row) or a row without a file; :meth:`recover` (run at every open) fixes both.
-* **Budget**: file bytes (header included) of all committed blocks ≤ ``capacity`` at
-  every commit. Victims are unlinked *before* the new block is renamed in, so the disk
-  never holds more than the budget plus the temp files of fetches in flight.
+* **Atomic writes**: under the lock, evict until the block fits and *reserve* its bytes
+  (a row in ``reserved``); write ``tmp/…`` + fsync outside the lock; then under the lock
+  ``rename`` into place, turn the reservation into the block's row, commit. A crash leaves
+  at worst an orphan file (no row), a row without a file, or a dead process's
+  reservation; :meth:`recover` (run at every open) fixes all three.
+* **Budget**: file bytes (header included) of all committed blocks *plus the temp files
+  being written* (every process's reservations) ≤ ``capacity`` at every commit. Victims
+  are unlinked before a temp file is written, so the disk never holds more than the
+  budget — prefetches in flight included.
 * Blocks are immutable: a key names a (path, version, index), so a file that changes
   remotely gets new keys and stale blocks age out; a reader that raced an eviction still
-  reads a whole file (POSIX unlink semantics) whose checksum it verifies.
+  reads a whole file (POSIX unlink semantics) whose checksum it verifies. The store never
+  truncates or writes a block file in place (only temp files are written, then renamed
+  over nothing; removal is ``unlink``), so a mapped block's pages stay valid for every
+  change the cache itself makes (:mod:`aicache.datacache.mapped`).
+* **A damaged directory degrades, never fails a read.** A wrong-type entry where a block
+  file should be (a directory, a file where ``blocks/ab`` should be) is a miss and is
+  removed; ``blocks/``, ``tmp/`` or ``lock`` of the wrong type, a disk full at open or an
+  unreadable directory make :func:`open_store` return an :class:`UncachedStore` (reads
+  go to the remote; a warning names the entry and the fix, ``aicache cache clear``, which
+  repairs the layout). A corrupt index (not a database, malformed) is set aside and
+  rebuilt from the block headers at open: every block whose header names its file and
+  whose checksum verifies is kept, the rest unlinked; a missing index is rebuilt the same
+  way.
 """
 
 from __future__ import annotations
@@ -71,8 +99,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import logging
 import os
+import shutil
 import sqlite3
+import stat
 import struct
 import threading
 import time
@@ -82,6 +113,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
+
+log = logging.getLogger(__name__)
 
 try:  # xxh3 is ~10x faster than blake2b; the algorithm id is stored in every header
     import xxhash
@@ -105,10 +138,19 @@ if _xxh3 is not None:
 DEFAULT_ALGO = 1 if _xxh3 is not None else 2
 
 MAGIC = b"AICB"
-HEADER = struct.Struct("<4sHHQQ")  # magic, format version, algo, length, checksum
-HEADER_SIZE = HEADER.size  # 24
+#: magic, format version, algo, length, checksum | identity: block size, block index,
+#: name digest (16 bytes), path hash (8), version hash (8)
+HEADER = struct.Struct("<4sHHQQQQ16s8s8s")
+HEADER_SIZE = HEADER.size  # 72
+_IDENT_AT = 24  # the identity's offset in the header (it runs to the header's end)
+_IDENT = struct.Struct("<QQ16s8s8s")
 _LENGTH = struct.Struct("<Q")  # the length field, at offset 8 of the header
-FORMAT_VERSION = 1
+#: 1: no identity in the header (a 24-byte header); 2: the block's identity in it
+FORMAT_VERSION = 2
+_FMT = struct.Struct("<H")  # the format field, at offset 4
+
+#: default mode of cache files (directories get ``x`` where the mode has ``r``)
+DEFAULT_CACHE_MODE = 0o600
 
 #: when a block read checks its checksum (see the module docstring)
 VERIFY_MODES = ("full", "stat", "none")
@@ -123,6 +165,32 @@ VERIFIED_MEMO_MAX = 1 << 16
 
 class StoreFull(OSError):
     """The local disk is full (ENOSPC): the block was not stored."""
+
+
+class CacheDirDamaged(OSError):
+    """An entry of the cache directory has the wrong type (``blocks/`` a file, ``lock`` a
+    directory…): the store cannot run there until ``aicache cache clear`` repairs it."""
+
+
+def dir_mode(file_mode: int) -> int:
+    """The directory mode for a cache ``file_mode``: ``x`` wherever ``r`` is set."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def check_cache_mode(mode: int | str) -> int:
+    """``cache_mode`` as an int (``0o600``, ``"0640"``, ``"640"``); BadInput unless the
+    owner may read and write and no bit beyond ``0o666`` is set."""
+    from aicache.errors import BadInput
+
+    try:
+        m = int(mode, 8) if isinstance(mode, str) else int(mode)
+    except ValueError:
+        m = -1
+    if m < 0 or m & ~0o666 or m & 0o600 != 0o600:
+        raise BadInput(f"cache mode {mode!r} is not an octal file mode the owner can read and "
+                       "write (no x bits); give e.g. 0600 (private, the default) or 0640 "
+                       "(shared with the group)")
+    return m
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +212,15 @@ class BlockKey:
         h.update(str(self.index).encode())
         return h.hexdigest()
 
+    def identity(self, block_size: int) -> bytes:
+        """The identity part of this block's header (see :data:`HEADER`)."""
+        return _IDENT.pack(block_size, self.index, bytes.fromhex(self.digest(block_size)),
+                           _hash8(self.path), _hash8(self.version))
+
+
+def _hash8(s: str) -> bytes:
+    return hashlib.blake2b(s.encode(), digest_size=8).digest()
+
 
 @dataclass(slots=True)
 class StoreStats:
@@ -158,10 +235,16 @@ class StoreStats:
 @dataclass(slots=True)
 class VerifyResult:
     checked: int
-    bad: int
+    bad: int  #: checksum, length or header damaged
     missing: int
     orphans: int
     removed: int
+    #: valid blocks whose header names another block (or an earlier format without identity)
+    misplaced: int = 0
+
+
+#: why a block file was refused (:meth:`BlockStore._fault`)
+_OK, _CORRUPT, _MISPLACED = 0, 1, 2
 
 
 _SCHEMA = """
@@ -175,7 +258,10 @@ CREATE TABLE IF NOT EXISTS blocks (
 );
 CREATE INDEX IF NOT EXISTS blocks_seq ON blocks(seq);
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS reserved (tmp TEXT PRIMARY KEY, size INTEGER NOT NULL);
 """
+_USED = ("SELECT (SELECT COALESCE(SUM(size), 0) FROM blocks)"
+         " + (SELECT COALESCE(SUM(size), 0) FROM reserved)")
 
 
 class BlockStore:
@@ -188,21 +274,20 @@ class BlockStore:
     def __init__(self, cache_dir: str | os.PathLike[str], capacity: int,
                  block_size: int = 4 * 1024 * 1024, *, recover: bool = True,
                  verify: str = DEFAULT_VERIFY, racy_window_s: float = DEFAULT_RACY_WINDOW_S,
-                 mmap_bytes: int = DEFAULT_MMAP_BYTES) -> None:
-        if capacity <= 0:
-            from aicache.errors import BadInput
+                 mmap_bytes: int = DEFAULT_MMAP_BYTES,
+                 cache_mode: int = DEFAULT_CACHE_MODE) -> None:
+        from aicache.errors import BadInput
 
+        if capacity <= 0:
             raise BadInput(f"cache size {capacity!r} must be positive; give e.g. 10GiB")
         if block_size <= 0:
-            from aicache.errors import BadInput
-
             raise BadInput(f"block size {block_size!r} must be positive; give e.g. 4MiB")
         if verify not in VERIFY_MODES:
-            from aicache.errors import BadInput
-
             raise BadInput(f"checksum verify mode {verify!r} is unknown; give one of "
                            f"{', '.join(VERIFY_MODES)}")
         self.verify_mode = verify
+        self.file_mode = check_cache_mode(cache_mode)
+        self.dir_mode = dir_mode(self.file_mode)
         #: verified blocks kept mapped (none in ``full`` mode: every read hashes anyway)
         self.mapped = MappedBlocks(mmap_bytes if verify != "full" else 0)
         self._racy_ns = int(racy_window_s * 1e9)
@@ -213,60 +298,165 @@ class BlockStore:
         self.block_size = int(block_size)
         self._blocks_dir = os.path.join(self.cache_dir, "blocks")
         self._tmp_dir = os.path.join(self.cache_dir, "tmp")
-        os.makedirs(self._blocks_dir, exist_ok=True)
-        os.makedirs(self._tmp_dir, exist_ok=True)
         self._mutex = threading.RLock()
-        self._lock_fd = os.open(os.path.join(self.cache_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        self._db = sqlite3.connect(os.path.join(self.cache_dir, "index.sqlite"),
-                                   timeout=60.0, check_same_thread=False, isolation_level=None)
         self._tmp_counter = 0
-        self._paths: dict[BlockKey, str] = {}
+        #: key -> (file path, expected header identity): a memo, not a second index
+        self._paths: dict[BlockKey, tuple[str, bytes]] = {}
         self.corrupt_dropped = 0
-        #: hooks for the engine's metrics (called outside/inside the lock respectively)
+        self.misplaced_dropped = 0
+        #: hooks for the engine's metrics (called outside the lock, except on_evict)
         self.on_corrupt: Callable[[BlockKey], None] | None = None
+        self.on_misplaced: Callable[[BlockKey], None] | None = None
         self.on_evict: Callable[[], None] | None = None
         self._used = 0
+        #: what open found and did (``rebuilt``: the index was rebuilt from the headers)
+        self.rebuilt: int | None = None
+        self._lock_fd = -1
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open(recover)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, recover: bool) -> None:
+        created = not os.path.lexists(self.cache_dir)
+        os.makedirs(self.cache_dir, mode=self.dir_mode, exist_ok=True)
+        index = os.path.join(self.cache_dir, "index.sqlite")
+        if created or os.path.exists(index):  # ours: never chmod a directory we were handed
+            self._own_mode(self.cache_dir, self.dir_mode)
+        for d in (self._blocks_dir, self._tmp_dir):
+            self._make_dir(d)
+        lock = os.path.join(self.cache_dir, "lock")
+        if os.path.lexists(lock) and not os.path.isfile(lock):
+            raise CacheDirDamaged(errno.EISDIR, f"{lock} is not a regular file; run "
+                                  f"`aicache cache clear --cache-dir {self.cache_dir}`")
+        self._lock_fd = _open_file(lock, os.O_RDWR, self.file_mode)
         with self._locked():
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES('capacity', ?)", (str(self.capacity),))
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES('block_size', ?)", (str(self.block_size),))
+            fresh = not os.path.exists(index)
+            self._db = self._connect(index)
+            try:
+                meta = self._init_index()
+            except sqlite3.DatabaseError as exc:
+                if not _is_corrupt(exc):
+                    raise
+                log.warning("aicache: %s is damaged (%s); rebuilding it from the block headers",
+                            index, exc)
+                self._db.close()
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    _unlink(index + suffix)
+                self._db = self._connect(index)
+                meta = self._init_index()
+                fresh = True
+            if "format" not in meta:
+                if "block_size" in meta and not fresh:
+                    self._drop_all_locked()  # an earlier release's blocks name nobody
+                elif _listdir(self._blocks_dir):
+                    self.rebuilt = self._rebuild_locked()
+            db = self._db
+            db.execute("INSERT OR REPLACE INTO meta VALUES('capacity', ?)", (str(self.capacity),))
+            db.execute("INSERT OR IGNORE INTO meta VALUES('block_size', ?)", (str(self.block_size),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES('format', ?)", (str(FORMAT_VERSION),))
             if recover:
                 self._recover_locked()
             self._used = self._sum_used()
 
+    def _connect(self, index: str) -> sqlite3.Connection:
+        """The index, created owner-only first (SQLite gives its -wal/-shm files the
+        database file's mode)."""
+        os.close(_open_file(index, os.O_RDWR, self.file_mode))
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(index + suffix):
+                self._own_mode(index + suffix, self.file_mode)
+        return sqlite3.connect(index, timeout=60.0, check_same_thread=False, isolation_level=None)
+
+    def _init_index(self) -> dict[str, str]:
+        db = self._db
+        assert db is not None
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        ok = db.execute("PRAGMA quick_check(1)").fetchone()
+        if ok is None or ok[0] != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {ok[0] if ok else 'no answer'}")
+        return dict(db.execute("SELECT k, v FROM meta").fetchall())
+
+    def _make_dir(self, d: str) -> None:
+        if os.path.lexists(d) and not os.path.isdir(d):
+            raise CacheDirDamaged(errno.ENOTDIR, f"{d} is not a directory; run "
+                                  f"`aicache cache clear --cache-dir {self.cache_dir}`")
+        os.makedirs(d, mode=self.dir_mode, exist_ok=True)
+        self._own_mode(d, self.dir_mode)
+
+    @staticmethod
+    def _own_mode(path: str, mode: int) -> None:
+        """Give ``path`` exactly ``mode`` if this user owns it (an earlier release's
+        world-readable entries become owner-only; the umask cannot narrow a shared mode)."""
+        st = os.stat(path)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(path, mode)
+
     @classmethod
     def open_existing(cls, cache_dir: str | os.PathLike[str], *, recover: bool = False) -> BlockStore:
-        """Open a cache directory some engine created, with the budget it last used
-        (``aicache cache stats|verify|clear``)."""
+        """Open a cache directory some engine created, with the budget and mode it last
+        used (``aicache cache stats|verify|clear``). A damaged index is rebuilt."""
         from aicache.errors import BadInput
 
-        index = os.path.join(os.fspath(cache_dir), "index.sqlite")
-        if not os.path.exists(index):
-            raise BadInput(f"--cache-dir {os.fspath(cache_dir)!r} holds no aicache cache "
+        d = os.fspath(cache_dir)
+        index = os.path.join(d, "index.sqlite")
+        if not os.path.exists(index) and not os.path.isdir(os.path.join(d, "blocks")):
+            raise BadInput(f"--cache-dir {d!r} holds no aicache cache "
                            "(no index.sqlite); give the directory a mount or fsspec cache used")
-        db = sqlite3.connect(index, timeout=60.0)
+        meta: dict[str, str] = {}
         try:
-            meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
-            raise BadInput(f"--cache-dir {os.fspath(cache_dir)!r}: unreadable index ({exc}); "
-                           "run `aicache cache clear` on it or remove the directory") from None
-        finally:
-            db.close()
+            db = sqlite3.connect(f"file:{index}?mode=ro", uri=True, timeout=60.0)
+            try:
+                meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
+            finally:
+                db.close()
+        except sqlite3.DatabaseError:
+            pass  # missing or damaged: the store rebuilds it from the block headers
+        try:
+            mode = stat.S_IMODE(os.stat(os.path.join(d, "lock")).st_mode)
+            mode = check_cache_mode(mode)
+        except (OSError, ValueError):
+            mode = DEFAULT_CACHE_MODE
         return cls(cache_dir, int(meta.get("capacity", 1 << 62)),
-                   int(meta.get("block_size", 4 * 1024 * 1024)), recover=recover)
+                   int(meta.get("block_size", 4 * 1024 * 1024)), recover=recover,
+                   cache_mode=mode)
+
+    @staticmethod
+    def repair_layout(cache_dir: str | os.PathLike[str]) -> list[str]:
+        """Remove the cache directory's entries that have the wrong type (``blocks/``,
+        ``tmp/`` not directories, ``lock`` not a regular file, ``index.sqlite`` a
+        directory): what ``aicache cache clear`` does first, so that it always works.
+        Returns the paths removed."""
+        d = os.fspath(cache_dir)
+        removed = []
+        for name, want_dir in (("blocks", True), ("tmp", True), ("lock", False),
+                               ("index.sqlite", False)):
+            p = os.path.join(d, name)
+            if not os.path.lexists(p):
+                continue
+            if (os.path.isdir(p) and not os.path.islink(p)) != want_dir:
+                _remove_any(p)
+                removed.append(p)
+        return removed
 
     # -- paths ----------------------------------------------------------------------------
     def block_path(self, key: BlockKey) -> str:
-        p = self._paths.get(key)
-        if p is None:
+        return self._where(key)[0]
+
+    def _where(self, key: BlockKey) -> tuple[str, bytes]:
+        """(file path, expected header identity) of ``key`` — memoised, bounded."""
+        w = self._paths.get(key)
+        if w is None:
             d = key.digest(self.block_size)
-            p = f"{self._blocks_dir}/{d[:2]}/{d}.blk"
-            if len(self._paths) >= 1 << 20:  # a memo, not a second index: bounded
+            w = (f"{self._blocks_dir}/{d[:2]}/{d}.blk", key.identity(self.block_size))
+            if len(self._paths) >= 1 << 20:
                 self._paths.clear()
-            self._paths[key] = p
-        return p
+            self._paths[key] = w
+        return w
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -278,17 +468,20 @@ class BlockStore:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _sum_used(self) -> int:
-        return int(self._db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+        """Bytes of committed blocks plus every process's reserved temp files."""
+        return int(self._db.execute(_USED).fetchone()[0])
 
     # -- reads (lock-free) ----------------------------------------------------------------
     def get(self, key: BlockKey) -> bytes | None:
-        """The block's bytes, or None when absent or corrupt (a corrupt block is dropped).
+        """The block's bytes, or None when absent, corrupt or another block's (such a
+        file is dropped and counted).
 
         Lock-free: a block kept mapped (:mod:`aicache.datacache.mapped`) is one ``stat``
         and a copy; else open, ``fstat``, read exactly the declared bytes (no
         over-allocation), close. Whether the checksum is computed depends on
-        :attr:`verify_mode`."""
-        path = self.block_path(key)
+        :attr:`verify_mode`; the header's identity is compared on every read that is not
+        of an already verified file version."""
+        path, ident = self._where(key)
         maps = self.mapped
         if maps.max_bytes:
             data = maps.copy(path)  # only ever holds verified files (stat/none modes)
@@ -298,9 +491,19 @@ class BlockStore:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a miss; ``blocks/ab`` a file or a link loop is also removed
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                self._wrong_type(key, path)
+            return None
         data = None
+        fault = _CORRUPT
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a directory where the block should be
+                os.close(fd)
+                fd = -1
+                self._wrong_type(key, path)
+                return None
             n = st.st_size - HEADER_SIZE
             mode = self.verify_mode
             if mode == "full":
@@ -318,10 +521,11 @@ class BlockStore:
                     data = None  # shrank under us: fall through to a checked read
             if 0 <= n <= self.block_size:
                 head = os.pread(fd, HEADER_SIZE, 0)
-                if len(head) == HEADER_SIZE and _LENGTH.unpack_from(head, 8)[0] == n:
+                fault = self._fault(head, ident, n)
+                if fault == _OK:
                     data = os.pread(fd, n, HEADER_SIZE)
-                    if not self._valid(head, data, check=mode != "none"):
-                        data = None
+                    if len(data) != n or (mode != "none" and not self._valid(head, data)):
+                        data, fault = None, _CORRUPT
                     elif sig is not None and time.time_ns() - st.st_ctime_ns > self._racy_ns:
                         v = self._verified
                         if len(v) >= VERIFIED_MEMO_MAX:
@@ -331,15 +535,41 @@ class BlockStore:
                                 pass
                         v[key] = (sig, n)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         if data is not None:
             return data
+        self._verified.pop(key, None)
+        if fault == _MISPLACED:
+            self.misplaced_dropped += 1
+            if self.on_misplaced is not None:
+                self.on_misplaced(key)
+        else:
+            self.corrupt_dropped += 1
+            if self.on_corrupt is not None:
+                self.on_corrupt(key)
+        try:
+            self.remove(key)
+        except (OSError, sqlite3.Error) as exc:  # a damaged index: the read still goes on
+            log.warning("aicache: could not drop a bad block of %s: %s", key.path, exc)
+        return None
+
+    def _wrong_type(self, key: BlockKey, path: str) -> None:
+        """Something that is not a block file sits at ``path``: remove it (``blocks/`` is
+        the store's own namespace), so the block can be stored again."""
         self._verified.pop(key, None)
         self.corrupt_dropped += 1
         if self.on_corrupt is not None:
             self.on_corrupt(key)
-        self.remove(key)
-        return None
+        try:
+            with self._locked():
+                self._remove_locked(key.digest(self.block_size))
+                _remove_any(path)
+                parent = os.path.dirname(path)
+                if os.path.lexists(parent) and not os.path.isdir(parent):
+                    _remove_any(parent)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("aicache: could not remove %s (not a block file): %s", path, exc)
 
     def get_range(self, key: BlockKey, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` (clipped) of a block whose *current* file was verified by
@@ -372,7 +602,7 @@ class BlockStore:
             return None
         try:
             fd = os.open(self.block_path(key), os.O_RDONLY)
-        except FileNotFoundError:
+        except OSError:
             return None
         try:
             st = os.fstat(fd)
@@ -403,76 +633,131 @@ class BlockStore:
         return data if len(data) == want else None
 
     def contains(self, key: BlockKey) -> bool:
-        return os.path.exists(self.block_path(key))
+        return os.path.isfile(self.block_path(key))
 
     @staticmethod
-    def _valid(head: bytes, data: bytes | memoryview, check: bool = True) -> bool:
-        """Header well-formed, length matches, and (``check``) the checksum matches."""
-        if len(head) != HEADER_SIZE:
-            return False
-        magic, fmt, algo, length, checksum = HEADER.unpack(head)
+    def _fault(head: bytes, ident: bytes, n: int) -> int:
+        """What is wrong with a block file's header, for a payload of ``n`` bytes and the
+        expected identity ``ident``: ``_OK``, ``_CORRUPT`` (damaged, truncated, foreign) or
+        ``_MISPLACED`` (a well-formed header naming another block, or an earlier format
+        that names none)."""
+        if len(head) < _IDENT_AT or head[:4] != MAGIC:
+            return _CORRUPT
+        if _FMT.unpack_from(head, 4)[0] != FORMAT_VERSION:
+            return _MISPLACED
+        if len(head) != HEADER_SIZE or _LENGTH.unpack_from(head, 8)[0] != n:
+            return _CORRUPT
+        return _OK if head[_IDENT_AT:] == ident else _MISPLACED
+
+    @staticmethod
+    def _valid(head: bytes, data: bytes | memoryview) -> bool:
+        """The checksum algorithm is known and the checksum matches ``data``."""
+        _magic, _fmt, algo, _length, checksum = HEADER.unpack(head)[:5]
         fn = CHECKSUMS.get(algo)
-        return (magic == MAGIC and fmt == FORMAT_VERSION and fn is not None
-                and length == len(data) and (not check or fn(data) == checksum))
+        return fn is not None and fn(data) == checksum
 
     # -- writes ---------------------------------------------------------------------------
     def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
             ) -> bool:
         """Store ``data`` under ``key`` within the budget. Returns False if it cannot fit.
 
-        While the block does not fit, ``victim()`` (the engine's policy) names a block to
-        drop; when it returns None (or names nothing stored), the oldest block in the index
-        goes (FIFO across processes, so the budget holds even for blocks no policy in this
-        process knows). Raises :class:`StoreFull` on ENOSPC; nothing partial stays behind.
+        While the block (and the temp files other writers reserved) does not fit,
+        ``victim()`` (the engine's policy) names a block to drop; when it returns None (or
+        names nothing stored), the oldest block in the index goes (FIFO across processes,
+        so the budget holds even for blocks no policy in this process knows). The bytes
+        are reserved before the temp file is written, so temp files count in the budget.
+        Raises :class:`StoreFull` on ENOSPC; nothing partial stays behind.
         """
         size = len(data) + HEADER_SIZE
         if size > self.capacity:
             return False
-        header = HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data), CHECKSUMS[DEFAULT_ALGO](data))
-        tmp = self._write_tmp(header, data)
+        digest = key.digest(self.block_size)
+        tmp = self._tmp_name()
+        name = os.path.basename(tmp)
         try:
             with self._locked():
-                row = self._db.execute("SELECT size FROM blocks WHERE key=?", (key.digest(self.block_size),)).fetchone()
-                if row is not None:  # another thread/process stored it meanwhile
-                    return True
+                if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
+                    return True  # another thread/process stored it meanwhile
                 used = self._sum_used()
                 while used + size > self.capacity:
                     freed = self._evict_one_locked(victim)
                     if freed == 0:
                         return False
                     used -= freed
-                final = self.block_path(key)
-                os.makedirs(os.path.dirname(final), exist_ok=True)
+                self._db.execute("INSERT INTO reserved VALUES(?, ?)", (name, size))
+                self._used = used + size
+        except sqlite3.Error as exc:
+            raise _as_oserror(exc) from exc
+        reserved = True
+        try:
+            path, ident = self._where(key)
+            header = HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
+                                 CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
+            self._write_tmp(tmp, header, data)
+            with self._locked():
+                self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    self._db.execute("BEGIN IMMEDIATE")
+                    self._db.execute("DELETE FROM reserved WHERE tmp=?", (name,))
+                    reserved = False
+                    if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
+                        self._db.execute("COMMIT")
+                        self._used -= size
+                        return True
                     self._db.execute(
                         "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
                         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
-                        (key.digest(self.block_size), key.path, key.version, key.index, size))
-                    os.rename(tmp, final)
+                        (digest, key.path, key.version, key.index, size))
+                    self._rename_in(tmp, path)
                     tmp = ""
                     self._db.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
+                except BaseException as exc:
                     self._rollback()
+                    reserved = True  # the rollback restored the reservation's row
                     if tmp == "":  # renamed but not committed: take the file back out
-                        _unlink(final)
-                    if "full" in str(exc).lower():
-                        raise StoreFull(errno.ENOSPC, f"cache index: {exc}") from exc
+                        _unlink(path)
+                    if isinstance(exc, sqlite3.Error):
+                        raise _as_oserror(exc) from exc
                     raise
-                self._used = used + size
                 return True
         finally:
             if tmp:
                 _unlink(tmp)
+            if reserved:
+                self._unreserve(name, size)
 
-    def _write_tmp(self, header: bytes, data: bytes) -> str:
+    def _unreserve(self, name: str, size: int) -> None:
+        try:
+            with self._locked():
+                self._db.execute("DELETE FROM reserved WHERE tmp=?", (name,))
+                self._used -= size
+        except sqlite3.Error as exc:  # the dead-process sweep at the next open drops it
+            log.warning("aicache: could not release a temp file's reservation: %s", exc)
+
+    def _rename_in(self, tmp: str, path: str) -> None:
+        """``rename`` a written block into place, first removing what has the wrong type
+        there (a directory at the block's name, a file at ``blocks/ab``)."""
+        parent = os.path.dirname(path)
+        if os.path.lexists(parent) and not os.path.isdir(parent):
+            _remove_any(parent)
+        if not os.path.isdir(parent):
+            os.mkdir(parent, self.dir_mode)
+            self._own_mode(parent, self.dir_mode)
+        if os.path.lexists(path) and not os.path.isfile(path):
+            _remove_any(path)
+        os.rename(tmp, path)
+
+    def _tmp_name(self) -> str:
         with self._mutex:
             self._tmp_counter += 1
             n = self._tmp_counter
-        tmp = os.path.join(self._tmp_dir, f"{os.getpid()}-{threading.get_ident()}-{n}.tmp")
+        return os.path.join(self._tmp_dir, f"{os.getpid()}-{threading.get_ident()}-{n}.tmp")
+
+    def _write_tmp(self, tmp: str, header: bytes, data: bytes) -> None:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode)
             try:
+                if self.file_mode != DEFAULT_CACHE_MODE:  # the umask may have narrowed it
+                    os.fchmod(fd, self.file_mode)
                 _write_all(fd, header)
                 _write_all(fd, data)
                 os.fsync(fd)
@@ -483,7 +768,6 @@ class BlockStore:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StoreFull(exc.errno, f"cache disk full writing a block: {exc.strerror}") from exc
             raise
-        return tmp
 
     def _evict_one_locked(self, victim: Callable[[], BlockKey | None] | None) -> int:
         """Drop one block (policy's choice first, else the oldest); bytes freed, 0 if empty."""
@@ -515,13 +799,13 @@ class BlockStore:
 
     def _unlink_block(self, digest: str) -> None:
         path = os.path.join(self._blocks_dir, digest[:2], digest + ".blk")
-        _unlink(path)
+        _remove_any(path)
         self.mapped.drop(path)  # its disk space is freed now, not at the next sweep
 
     def _rollback(self) -> None:
         try:
             self._db.execute("ROLLBACK")
-        except sqlite3.OperationalError:
+        except sqlite3.Error:
             pass
 
     def remove(self, key: BlockKey) -> bool:
@@ -537,6 +821,9 @@ class BlockStore:
         on_disk = set()
         for sub in _listdir(self._blocks_dir):
             subdir = os.path.join(self._blocks_dir, sub)
+            if not os.path.isdir(subdir) or os.path.islink(subdir):
+                _remove_any(subdir)  # blocks/ holds only the store's own directories
+                continue
             for name in _listdir(subdir):
                 if not name.endswith(".blk"):
                     continue
@@ -549,34 +836,120 @@ class BlockStore:
         if missing:
             self._db.executemany("DELETE FROM blocks WHERE key=?", [(k,) for k in missing])
         for name in _listdir(self._tmp_dir):
-            pid = name.split("-", 1)[0]
-            if not pid.isdigit() or not _pid_alive(int(pid)):
+            if not _live_tmp(name):
                 _unlink(os.path.join(self._tmp_dir, name))
+        dead = [(n,) for (n,) in self._db.execute("SELECT tmp FROM reserved") if not _live_tmp(n)]
+        if dead:  # reservations of writers that died before they wrote or renamed
+            self._db.executemany("DELETE FROM reserved WHERE tmp=?", dead)
+
+    def _block_files(self) -> Iterator[tuple[str, str]]:
+        """(digest, path) of every ``*.blk`` file under ``blocks/``."""
+        for sub in _listdir(self._blocks_dir):
+            subdir = os.path.join(self._blocks_dir, sub)
+            for name in _listdir(subdir):
+                if name.endswith(".blk"):
+                    yield name[:-4], os.path.join(subdir, name)
+
+    def _check_file(self, digest: str, path: str, key: BlockKey | None) -> int:
+        """Read and check one block file: ``_OK``, ``_CORRUPT`` or ``_MISPLACED`` (its
+        header names another file, or, given the index row's ``key``, another block);
+        raises FileNotFoundError when it is gone."""
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            data = f.read()
+        if len(head) < _IDENT_AT or head[:4] != MAGIC:
+            return _CORRUPT
+        if _FMT.unpack_from(head, 4)[0] != FORMAT_VERSION:
+            return _MISPLACED
+        if len(head) != HEADER_SIZE:
+            return _CORRUPT
+        bs, idx, name, _ph, _vh = _IDENT.unpack_from(head, _IDENT_AT)
+        if name.hex() != digest:
+            return _MISPLACED
+        if key is not None and key.path and head[_IDENT_AT:] != key.identity(bs):
+            return _MISPLACED
+        if _LENGTH.unpack_from(head, 8)[0] != len(data) or len(data) > bs \
+                or not self._valid(head, data):
+            return _CORRUPT
+        return _OK
+
+    def _rebuild_locked(self) -> int:
+        """Index every block file whose header names it and whose checksum verifies
+        (oldest first, within the budget); unlink the rest. The rows' remote path and
+        version stay empty (the header holds only their hashes): the engine finds blocks
+        by file name and never needs them. Returns the blocks kept."""
+        found = []
+        dropped = 0
+        for digest, path in self._block_files():
+            try:
+                ok = self._check_file(digest, path, None) == _OK
+                st = os.stat(path)
+            except OSError:
+                ok = False
+            if not ok:
+                _remove_any(path)
+                dropped += 1
+                continue
+            with open(path, "rb") as f:
+                idx = _IDENT.unpack_from(f.read(HEADER_SIZE), _IDENT_AT)[1]
+            found.append((st.st_mtime_ns, digest, idx, st.st_size, path))
+        found.sort()
+        used = self._sum_used()
+        kept = 0
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for _mtime, digest, idx, size, path in found:
+                if used + size > self.capacity:
+                    _unlink(path)
+                    dropped += 1
+                    continue
+                self._db.execute(
+                    "INSERT OR IGNORE INTO blocks(key, path, version, idx, size, seq) "
+                    "VALUES(?, '', '', ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
+                    (digest, idx, size))
+                used += size
+                kept += 1
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        log.warning("aicache: rebuilt the index of %s from the block headers: %d blocks kept, "
+                    "%d dropped", self.cache_dir, kept, dropped)
+        return kept
+
+    def _drop_all_locked(self) -> None:
+        """Empty the store (an index and blocks an earlier format wrote)."""
+        for digest, _path in list(self._block_files()):
+            self._unlink_block(digest)
+        self._db.execute("DELETE FROM blocks")
 
     def verify(self, clean: bool = True) -> VerifyResult:
-        """Check every block's checksum; with ``clean``, drop bad blocks and fix the index."""
-        rows = list(self._db.execute("SELECT key FROM blocks"))
-        bad = missing = 0
+        """Check every block's checksum and identity (its header names its file and the
+        index row's block); with ``clean``, drop bad blocks and fix the index."""
+        rows = list(self._db.execute("SELECT key, path, version, idx FROM blocks"))
+        bad = missing = misplaced = 0
         bad_keys: list[str] = []
-        for (digest,) in rows:
+        for digest, path_, version, idx in rows:
             path = os.path.join(self._blocks_dir, digest[:2], digest + ".blk")
             try:
-                with open(path, "rb") as f:
-                    head = f.read(HEADER_SIZE)
-                    data = f.read()
+                fault = self._check_file(digest, path, BlockKey(path_, version, idx))
             except FileNotFoundError:
                 missing += 1
                 bad_keys.append(digest)
                 continue
-            if not self._valid(head, data):
-                bad += 1
+            except OSError:  # a directory where the block file should be
+                fault = _CORRUPT
+            if fault != _OK:
                 bad_keys.append(digest)
+                if fault == _MISPLACED:
+                    misplaced += 1
+                else:
+                    bad += 1
         orphans = 0
         known = {r[0] for r in rows}
-        for sub in _listdir(self._blocks_dir):
-            for name in _listdir(os.path.join(self._blocks_dir, sub)):
-                if name.endswith(".blk") and name[:-4] not in known:
-                    orphans += 1
+        for digest, _path in self._block_files():
+            if digest not in known:
+                orphans += 1
         removed = 0
         if clean and (bad_keys or orphans):
             with self._locked():
@@ -587,7 +960,7 @@ class BlockStore:
                 self._recover_locked()
                 self._used = self._sum_used()
         return VerifyResult(checked=len(rows), bad=bad, missing=missing, orphans=orphans,
-                            removed=removed)
+                            removed=removed, misplaced=misplaced)
 
     def clear(self) -> int:
         """Drop every block; returns how many."""
@@ -597,7 +970,7 @@ class BlockStore:
                 self._unlink_block(digest)
             self._db.execute("DELETE FROM blocks")
             self._recover_locked()
-            self._used = 0
+            self._used = self._sum_used()
             return len(rows)
 
     def keys(self) -> list[BlockKey]:
@@ -631,18 +1004,140 @@ class BlockStore:
     def close(self) -> None:
         self.mapped.close()
         try:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
         finally:
-            try:
-                os.close(self._lock_fd)
-            except OSError:
-                pass
+            if self._lock_fd >= 0:
+                try:
+                    os.close(self._lock_fd)
+                except OSError:
+                    pass
+                self._lock_fd = -1
 
     def __enter__(self) -> BlockStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class UncachedStore(BlockStore):
+    """A store that holds nothing: what :func:`open_store` gives when the cache directory
+    cannot be used (disk full at open, a wrong-type entry, no permission). Every read is
+    a miss (the engine reads the remote), every ``put`` declines."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str], capacity: int, block_size: int,
+                 *, verify: str = DEFAULT_VERIFY, reason: str = "") -> None:
+        self.verify_mode = verify
+        self.file_mode, self.dir_mode = DEFAULT_CACHE_MODE, dir_mode(DEFAULT_CACHE_MODE)
+        self.mapped = MappedBlocks(0)
+        self._racy_ns = 0
+        self._verified = {}
+        self.cache_dir = os.path.abspath(os.fspath(cache_dir))
+        self.capacity, self.block_size = int(capacity), int(block_size)
+        self._blocks_dir = os.path.join(self.cache_dir, "blocks")
+        self._tmp_dir = os.path.join(self.cache_dir, "tmp")
+        self._mutex = threading.RLock()
+        self._tmp_counter = 0
+        self._paths = {}
+        self.corrupt_dropped = self.misplaced_dropped = 0
+        self.on_corrupt = self.on_misplaced = None
+        self.on_evict = None
+        self._used = 0
+        self.rebuilt = None
+        self._lock_fd = -1
+        self._db = None
+        #: why the cache directory is not used
+        self.reason = reason
+
+    def get(self, key: BlockKey) -> bytes | None:
+        return None
+
+    def range_fd(self, key: BlockKey, start: int, end: int) -> tuple[int, int, int] | None:
+        return None
+
+    def serves_ranges(self, key: BlockKey) -> bool:
+        return False
+
+    def contains(self, key: BlockKey) -> bool:
+        return False
+
+    def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
+            ) -> bool:
+        return False
+
+    def remove(self, key: BlockKey) -> bool:
+        return False
+
+    def verify(self, clean: bool = True) -> VerifyResult:
+        return VerifyResult(checked=0, bad=0, missing=0, orphans=0, removed=0)
+
+    def clear(self) -> int:
+        return 0
+
+    def keys(self) -> list[BlockKey]:
+        return []
+
+    def disk_bytes(self) -> int:
+        return 0
+
+    def stats(self) -> StoreStats:
+        algo = {1: "xxh3-64", 2: "blake2b-64"}[DEFAULT_ALGO]
+        return StoreStats(blocks=0, used_bytes=0, capacity_bytes=self.capacity,
+                          block_size=self.block_size, checksum=algo, cache_dir=self.cache_dir)
+
+
+def open_store(cache_dir: str | os.PathLike[str], capacity: int, block_size: int, *,
+               verify: str = DEFAULT_VERIFY, mmap_bytes: int = DEFAULT_MMAP_BYTES,
+               cache_mode: int = DEFAULT_CACHE_MODE) -> BlockStore:
+    """A :class:`BlockStore` on ``cache_dir``, or an :class:`UncachedStore` (with a
+    warning naming the cause and the fix) when the directory cannot be used: a disk full
+    at open, a wrong-type entry, a permission error. Bad arguments still raise BadInput."""
+    try:
+        return BlockStore(cache_dir, capacity, block_size, verify=verify, mmap_bytes=mmap_bytes,
+                          cache_mode=cache_mode)
+    except (OSError, sqlite3.Error) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        log.warning("aicache: cache directory %s unusable (%s); serving reads uncached. "
+                    "Free space, or repair it with `aicache cache clear --cache-dir %s`",
+                    os.fspath(cache_dir), reason, os.fspath(cache_dir))
+        return UncachedStore(cache_dir, capacity, block_size, verify=verify, reason=reason)
+
+
+def _as_oserror(exc: sqlite3.Error) -> OSError:
+    """An index failure as the OSError the engine handles (the read goes on uncached)."""
+    if "full" in str(exc).lower():
+        return StoreFull(errno.ENOSPC, f"cache index: {exc}")
+    return OSError(errno.EIO, f"cache index: {exc}")
+
+
+def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """Whether ``exc`` says the index file is damaged (not locked, not a full disk)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT"):
+        return True
+    return not name and type(exc) is sqlite3.DatabaseError
+
+
+def _open_file(path: str, flags: int, mode: int) -> int:
+    """Open (creating with ``mode``) a cache file; give it ``mode`` if this user owns it."""
+    fd = os.open(path, flags | os.O_CREAT, mode)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+            os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_any(path: str) -> None:
+    """Remove ``path`` whatever its type (a directory tree, a file, a link)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        _unlink(path)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -662,8 +1157,14 @@ def _unlink(path: str) -> None:
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _live_tmp(name: str) -> bool:
+    """Whether temp file ``name`` (``<pid>-…``) belongs to a live process."""
+    pid = name.split("-", 1)[0]
+    return pid.isdigit() and _pid_alive(int(pid))
 
 
 def _pid_alive(pid: int) -> bool:

@@ -252,10 +252,12 @@ class SlabStore:
                  verify_on_recovery: bool = True) -> None:
         self.dir = Path(directory)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except FileExistsError:
             raise BadInput(f"{self.dir} exists and is not a directory; give the KV store a "
                            f"directory path") from None
+        if self.dir.stat().st_uid == os.geteuid():  # KV blocks are users' prompts: owner-only
+            os.chmod(self.dir, 0o700)
         self.slot_bytes = int(slot_bytes)
         self.payload_area = _align(self.slot_bytes)
         self.slot_disk_bytes = HEADER_BYTES + self.payload_area
