@@ -312,6 +312,15 @@ def test_temp_files_being_written_count_in_the_budget(tmp_path, monkeypatch) -> 
         s.close()
 
 
+def test_a_dead_writers_reservation_is_swept_at_open(tmp_path) -> None:
+    cap = 3 * (BLOCK + HEADER_SIZE)
+    with BlockStore(tmp_path / "c", cap, BLOCK) as s:
+        s._db.execute("INSERT INTO reserved VALUES('999999999-1-1.tmp', ?)", (cap,))  # pid gone
+    with BlockStore(tmp_path / "c", cap, BLOCK) as s:
+        assert s.used == 0
+        assert s.put(BlockKey("/f", "v", 0), b"x" * BLOCK)
+
+
 # -- §7: who can read the cache --------------------------------------------------------------
 
 def modes(root: str) -> dict[str, int]:

@@ -37,10 +37,11 @@ How, and what it costs:
   they are the page cache's (shared, file-backed), the same pages a ``pread`` copies from,
   not memory the process owns.
 * **A file truncated under a mapping** makes a copy from its lost pages fault (SIGBUS).
-  aicache never truncates a block file (blocks are written to a temp file and renamed);
-  the ``stat`` check refuses any file that changed size before the copy starts, so only
-  an outside writer truncating a block file during a copy could hit it. ``mmap_bytes=0``
-  turns mapping off.
+  aicache never truncates or writes a block file in place (blocks are written to a temp
+  file and renamed over nothing; eviction unlinks, which keeps mapped pages valid); the
+  ``stat`` check refuses any file that changed size before the copy starts, so only an
+  outside writer truncating a block file during a copy could hit it — out of contract,
+  like truncating a file another process has mapped. ``mmap_bytes=0`` turns mapping off.
 """
 
 from __future__ import annotations

@@ -974,6 +974,8 @@ class BlockStore:
             return len(rows)
 
     def keys(self) -> list[BlockKey]:
+        """The stored blocks' keys, oldest first (a block kept by an index rebuild has an
+        empty path and version: its header holds only their hashes)."""
         return [BlockKey(p, v, i) for p, v, i in
                 self._db.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
 
@@ -1076,6 +1078,8 @@ class UncachedStore(BlockStore):
         return 0
 
     def keys(self) -> list[BlockKey]:
+        """The stored blocks' keys, oldest first (a block kept by an index rebuild has an
+        empty path and version: its header holds only their hashes)."""
         return []
 
     def disk_bytes(self) -> int:
@@ -1092,11 +1096,16 @@ def open_store(cache_dir: str | os.PathLike[str], capacity: int, block_size: int
                cache_mode: int = DEFAULT_CACHE_MODE) -> BlockStore:
     """A :class:`BlockStore` on ``cache_dir``, or an :class:`UncachedStore` (with a
     warning naming the cause and the fix) when the directory cannot be used: a disk full
-    at open, a wrong-type entry, a permission error. Bad arguments still raise BadInput."""
+    at open, a wrong-type entry, a permission error inside it. Bad arguments still raise
+    BadInput, and a ``cache_dir`` that is not a directory and cannot be made one (a path
+    under a file) raises: that is a wrong setting, not a damaged cache."""
     try:
         return BlockStore(cache_dir, capacity, block_size, verify=verify, mmap_bytes=mmap_bytes,
                           cache_mode=cache_mode)
     except (OSError, sqlite3.Error) as exc:
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not full and not os.path.isdir(cache_dir):
+            raise
         reason = f"{type(exc).__name__}: {exc}"
         log.warning("aicache: cache directory %s unusable (%s); serving reads uncached. "
                     "Free space, or repair it with `aicache cache clear --cache-dir %s`",
