@@ -123,14 +123,21 @@ def test_eviction_policy_contract(name: str, sc: dict[str, Any]) -> None:
     assert _drive(name, sc) == first  # same seed => same result
 
 
+def _fixed_attributes(cls: type) -> bool:
+    """Whether ``cls`` declares its attributes: ``__slots__`` in Python, or compiled by
+    mypyc (aicache.native), whose classes keep attributes in C fields and list them in
+    ``__mypyc_attrs__`` instead."""
+    return "__slots__" in cls.__dict__ or "__mypyc_attrs__" in cls.__dict__
+
+
 @pytest.mark.parametrize("name", EVICTION.names())
 def test_policy_instances_have_no_dict_when_slotted(name: str) -> None:
     policy = make_eviction(name, 100)
     cls = type(policy)
     assert isinstance(policy, EvictionPolicy) and policy.capacity == 100
-    if all("__slots__" in c.__dict__ for c in cls.__mro__[:-1]):
+    if all(_fixed_attributes(c) for c in cls.__mro__[:-1]):
         assert not hasattr(policy, "__dict__")
-    assert "__slots__" in cls.__dict__, f"{cls.__name__} should declare __slots__ (hot path)"
+    assert _fixed_attributes(cls), f"{cls.__name__} should declare __slots__ (hot path)"
 
 
 def test_unknown_policy_lists_the_valid_names() -> None:

@@ -45,9 +45,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from aicache.native import mypyc_attr
+
 Key = Hashable
 
 
+# Compiled (see aicache.native): policies outside the compiled set subclass it in plain
+# Python; __getstate__ below lets copy/pickle see such a subclass's slots too.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EvictionPolicy(ABC):
     """Keeps an order over resident keys and names victims.
 
@@ -72,6 +77,22 @@ class EvictionPolicy(ABC):
             raise TypeError(f"{type(self).__name__} got unknown parameters: {sorted(params)}")
         self.capacity = capacity
         self.rng = rng if rng is not None else random.Random(0)
+
+    def __getstate__(self) -> dict[str, object]:
+        """Every set attribute, for copy and pickle, whichever classes are compiled: a
+        plain class lists its attributes in ``__slots__``, a compiled one (mypyc) in
+        ``__mypyc_attrs__``, and a plain subclass of a compiled class has both."""
+        names: dict[str, None] = {}
+        for cls in type(self).__mro__:
+            for attr in ("__slots__", "__mypyc_attrs__"):
+                slots = cls.__dict__.get(attr, ())
+                names.update(dict.fromkeys((slots,) if isinstance(slots, str) else slots))
+        names.pop("__dict__", None)
+        return {n: getattr(self, n) for n in names if hasattr(self, n)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     # -- events -----------------------------------------------------------------------
     @abstractmethod
@@ -131,6 +152,7 @@ class EvictionPolicy(ABC):
         """The resident keys the policy tracks (for invariant checks; may be slow)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AdmissionPolicy(ABC):
     """Decides whether a missed object is stored at all (e.g. SARIA's SSD admission)."""
 
@@ -140,6 +162,7 @@ class AdmissionPolicy(ABC):
     def admit(self, key: Key, size: int, now: float) -> bool: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AlwaysAdmit(AdmissionPolicy):
     name = "always"
 
@@ -147,6 +170,7 @@ class AlwaysAdmit(AdmissionPolicy):
         return True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefetchPolicy(ABC):
     """Told of every demand access; returns the blocks it wants fetched next.
 
@@ -171,6 +195,7 @@ class PrefetchPolicy(ABC):
         """Forget learned state (an executor switch)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NoPrefetch(PrefetchPolicy):
     name = "none"
     _EMPTY: tuple[int, ...] = ()

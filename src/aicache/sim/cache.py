@@ -63,7 +63,7 @@ class Cache:
 
     __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "_on_miss", "_hit",
                  "n_hits", "n_misses", "n_bytes_hit", "n_bytes_missed", "n_evictions",
-                 "n_rejected")
+                 "n_rejected", "_sees_misses", "_may_reject")
 
     def __init__(self, capacity: int, policy: EvictionPolicy, size_mode: str = "objects") -> None:
         if size_mode not in ("objects", "bytes"):
@@ -75,7 +75,9 @@ class Cache:
         self.used = 0
         self.n_hits = self.n_misses = self.n_bytes_hit = self.n_bytes_missed = 0
         self.n_evictions = self.n_rejected = 0
-        self._on_miss = policy.on_miss if policy.sees_misses else None
+        # the policy's class flags, read once: an instance slot is a C field when compiled
+        self._sees_misses = bool(policy.sees_misses)
+        self._may_reject = bool(policy.may_reject)
         self._hit = policy.fast_hit()
 
     @property
@@ -102,27 +104,47 @@ class Cache:
         if self.objects_mode:
             size = 1
         policy = self.policy
-        on_miss = self._on_miss
-        if on_miss is not None and on_miss(key, size, now) is False:
+        if self._sees_misses and policy.on_miss(key, size, now) is False:
             self.n_rejected += 1
             return False
         if size > self.capacity:
             return False
-        if policy.may_reject and not policy.admit(key, size, self.used, now):
+        if self._may_reject and not policy.admit(key, size, self.used, now):
             self.n_rejected += 1
             return False
         cap = self.capacity - size
-        if self.used > cap:
-            victim = policy.victim
-            while self.used > cap:
-                self.used -= sizes.pop(victim(now))
-                self.n_evictions += 1
+        while self.used > cap:
+            # index + del rather than pop(): both compile to direct dict calls
+            victim = policy.victim(now)
+            self.used -= sizes[victim]
+            del sizes[victim]
+            self.n_evictions += 1
         if policy.on_insert(key, size, now) is False:
             self.n_rejected += 1
             return False
         sizes[key] = size
         self.used += size
         return False
+
+    def request_batch(self, keys: list[Key], sizes: list[int], times: list[float],
+                      next_access: list[int] | None = None) -> None:
+        """:meth:`request` for each ``(keys[i], sizes[i], times[i])`` in order (equal
+        lengths). With ``next_access`` (a policy that ``needs_future``) the policy is told
+        each request's next access first.
+
+        This is the simulator's replay loop. Compiled (:mod:`aicache.native`) it runs in C
+        and calls :meth:`request` and the policy's methods directly, with no Python frame
+        per request; the loop is indexed because that is what compiles to plain C.
+        """
+        n = len(keys)
+        if next_access is None:
+            for i in range(n):
+                self.request(keys[i], sizes[i], times[i])
+            return
+        policy = self.policy
+        for i in range(n):
+            policy.set_next_access(next_access[i])
+            self.request(keys[i], sizes[i], times[i])
 
     def insert(self, key: Key, size: int, now: float, prefetch: bool = True) -> bool:
         """Store ``key`` without counting an access (prefetch). False if it cannot fit or
@@ -132,7 +154,7 @@ class Cache:
         if key in self.sizes or size > self.capacity:
             return False
         policy = self.policy
-        if policy.may_reject and not policy.admit(key, size, self.used, now):
+        if self._may_reject and not policy.admit(key, size, self.used, now):
             return False
         cap = self.capacity - size
         while self.used > cap:

@@ -19,8 +19,10 @@ The pre-pass keeps the parsed batches while they take at most :data:`RETAIN_BYTE
 a text trace of a few million requests is parsed once; beyond that the replay streams the
 file again (memory stays bounded whatever the trace length).
 
-The hot loop iterates ``tolist()`` columns of each numpy batch and calls ``Cache.request``
-with bound locals — no per-request allocation beyond the ints themselves.
+The hot loop hands the ``tolist()`` columns of each numpy batch to
+:meth:`aicache.sim.cache.Cache.request_batch`, which loops in compiled code where the
+install compiled it (:mod:`aicache.native`) — no per-request allocation beyond the ints
+themselves.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol
@@ -246,24 +247,14 @@ class _Bar(Protocol):
 
 
 def _replay(cache: Cache, batches: Iterator[RequestBatch], nxt: np.ndarray | None, bar: _Bar) -> None:
-    """The hot loop (no prefetching)."""
-    req = cache.request
+    """The hot loop (no prefetching): one :meth:`Cache.request_batch` per batch."""
+    batch = cache.request_batch
     advance = bar.advance
     pos = 0
-    if nxt is None:
-        # map() drives the calls from C: no Python-level loop, tuple or unpacking per request
-        consume = deque[bool](maxlen=0).extend
-        for b in batches:
-            consume(map(req, b.obj_id.tolist(), b.obj_size.tolist(), b.timestamp.tolist()))
-            advance(len(b))
-        return
-    tell = cache.policy.set_next_access
     for b in batches:
         n = len(b)
-        for k, s, t, v in zip(b.obj_id.tolist(), b.obj_size.tolist(), b.timestamp.tolist(),
-                              nxt[pos:pos + n].tolist()):
-            tell(v)
-            req(k, s, t)
+        fut = nxt[pos:pos + n].tolist() if nxt is not None else None
+        batch(b.obj_id.tolist(), b.obj_size.tolist(), b.timestamp.tolist(), fut)
         pos += n
         advance(n)
 

@@ -21,22 +21,24 @@ Each list is an ``OrderedDict`` key -> size, LRU first.
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class ARC(EvictionPolicy):
     name = "arc"
     sees_misses = True
     __slots__ = ("_t1", "_t2", "_b1", "_b2", "_t1_size", "_t2_size", "_b1_size", "_b2_size",
                  "p", "_ghost_hit", "_incoming")
 
-    def __init__(self, capacity: int, **kw: Any) -> None:
-        super().__init__(capacity, **kw)
+    def __init__(self, capacity: int, *, rng: random.Random | None = None) -> None:
+        super().__init__(capacity, rng=rng)
         self._t1: OrderedDict[Key, int] = OrderedDict()
         self._t2: OrderedDict[Key, int] = OrderedDict()
         self._b1: OrderedDict[Key, int] = OrderedDict()

@@ -8,14 +8,16 @@ decrements it and moves the object to the head.
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
 
 from aicache.errors import BadInput
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Clock(EvictionPolicy):
     """The queue is an ``OrderedDict`` key -> counter, oldest first.
 
@@ -26,8 +28,8 @@ class Clock(EvictionPolicy):
     __slots__ = ("_queue", "_max_freq", "_init_freq")
 
     def __init__(self, capacity: int, *, n_bit_counter: int = 1, init_freq: int = 0,
-                 **kw: Any) -> None:
-        super().__init__(capacity, **kw)
+                 rng: random.Random | None = None) -> None:
+        super().__init__(capacity, rng=rng)
         if n_bit_counter < 1:
             raise BadInput(f"clock: n_bit_counter={n_bit_counter} must be at least 1 "
                            "(1 = classic second chance)")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class FIFO(EvictionPolicy):
     """First in, first out.
 
@@ -19,8 +21,8 @@ class FIFO(EvictionPolicy):
     name = "fifo"
     __slots__ = ("_order",)
 
-    def __init__(self, capacity: int, **kw: Any) -> None:
-        super().__init__(capacity, **kw)
+    def __init__(self, capacity: int, *, rng: random.Random | None = None) -> None:
+        super().__init__(capacity, rng=rng)
         self._order: OrderedDict[Key, None] = OrderedDict()
 
     def on_hit(self, key: Key, size: int, now: float) -> None:

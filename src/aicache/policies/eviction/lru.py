@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import Key
 from aicache.policies.eviction.fifo import FIFO
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LRU(FIFO):
     """Least recently used: FIFO's insertion order, with every hit moved to the back.
 

@@ -8,10 +8,12 @@ policy honours the same contract as every other one.
 
 from __future__ import annotations
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import Key
 from aicache.policies.eviction.fifo import FIFO
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class RejectWhenFull(FIFO):
     name = "reject-when-full"
     may_reject = True

@@ -29,15 +29,17 @@ is a single dict update.
 from __future__ import annotations
 
 import math
+import random
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
 
 from aicache.errors import BadInput
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class S3FIFO(EvictionPolicy):
     name = "s3fifo"
     sees_misses = True
@@ -48,8 +50,8 @@ class S3FIFO(EvictionPolicy):
 
     def __init__(self, capacity: int, *, small_size_ratio: float = 0.1,
                  ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2,
-                 **kw: Any) -> None:
-        super().__init__(capacity, **kw)
+                 rng: random.Random | None = None) -> None:
+        super().__init__(capacity, rng=rng)
         if not 0.0 < small_size_ratio < 1.0:
             raise BadInput(f"s3fifo: small_size_ratio={small_size_ratio} must be between 0 "
                            f"and 1 (exclusive); libCacheSim's default is 0.1")

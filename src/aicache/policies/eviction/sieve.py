@@ -15,20 +15,22 @@ swapping the two. Invariant: ``_ahead`` is empty only if ``_behind`` is too.
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Sieve(EvictionPolicy):
     name = "sieve"
     __slots__ = ("_ahead", "_behind")
 
-    def __init__(self, capacity: int, **kw: Any) -> None:
-        super().__init__(capacity, **kw)
+    def __init__(self, capacity: int, *, rng: random.Random | None = None) -> None:
+        super().__init__(capacity, rng=rng)
         self._ahead: OrderedDict[Key, int] = OrderedDict()
         self._behind: OrderedDict[Key, int] = OrderedDict()
 

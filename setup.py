@@ -1,0 +1,68 @@
+"""Build hook: compile the simulator's hot path with mypyc where a compiler is present.
+
+The modules listed in ``aicache.native.COMPILED`` are compiled from their unchanged ``.py``
+sources into extension modules beside them. Everything else about the package is in
+pyproject.toml. The compile is skipped — the package stays pure Python and behaves the
+same — when ``AICACHE_PURE_PYTHON=1`` is set, when mypyc cannot be imported or rejects a
+module, or when the C compiler fails (``OptionalBuildExt``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+def compiled_modules() -> list[str]:
+    """``COMPILED`` from src/aicache/native.py, read without importing the package."""
+    tree = ast.parse((ROOT / "src/aicache/native.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id == "COMPILED"):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError("src/aicache/native.py defines no COMPILED tuple")
+
+
+def warn(why: str) -> None:
+    print(f"aicache: not compiling the simulator's hot path ({why}); "
+          "the pure-Python modules are used", file=sys.stderr)
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to pure Python when compiling fails."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any compiler failure means "no extension"
+            warn(f"{type(exc).__name__}: {exc}")
+            for ext in self.extensions:  # a shim without its shared library would not import
+                path = Path(self.get_ext_fullpath(ext.name))
+                path.unlink(missing_ok=True)
+
+
+def extensions() -> list[object]:
+    if os.environ.get("AICACHE_PURE_PYTHON", "") not in ("", "0"):
+        warn("AICACHE_PURE_PYTHON is set")
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as exc:
+        warn(f"mypyc unavailable: {exc}")
+        return []
+    paths = [f"src/{m.replace('.', '/')}.py" for m in compiled_modules()]
+    try:
+        return list(mypycify(paths, opt_level="3", debug_level="0"))
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - mypyc exits on type errors
+        warn(f"mypyc failed: {exc}")
+        return []
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,95 @@
+"""The compiled hot path: which modules are compiled, and the switch back to pure Python.
+
+The install compiles a few pure-Python modules — the cache template and the libCacheSim
+policies (:data:`COMPILED`) — with mypyc into extension modules that sit beside their
+``.py`` sources. There is one source: the extension is that same file compiled, so the
+simulator, the real engines and the tests run the same policy code either way, and the
+results are identical (``tests/test_native.py`` replays traces on both paths and compares
+every request). Where no compiler is present the install skips the compile and the ``.py``
+files are used as before.
+
+``AICACHE_PURE_PYTHON=1`` in the environment makes :mod:`aicache` import the ``.py``
+sources even where the extensions exist (a finder put first on ``sys.meta_path`` when the
+package is imported), so both paths can be tested and profiled on one install:
+``make test-pure`` runs the lockstep tests that way.
+
+:func:`mypyc_attr` is mypyc's class-attribute decorator when mypy_extensions is installed
+(at compile time it is), and an identity decorator otherwise, so the pure path needs no
+extra dependency.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
+
+#: the modules the install compiles (setup.py reads this list); order does not matter
+COMPILED: tuple[str, ...] = (
+    "aicache.policies.base",
+    "aicache.sim.cache",
+    "aicache.sim.stackdist",
+    "aicache.policies.eviction.fifo",
+    "aicache.policies.eviction.lru",
+    "aicache.policies.eviction.reject",
+    "aicache.policies.eviction.clock",
+    "aicache.policies.eviction.sieve",
+    "aicache.policies.eviction.s3fifo",
+    "aicache.policies.eviction.arc",
+)
+#: the environment variable that selects the pure-Python sources
+PURE_ENV = "AICACHE_PURE_PYTHON"
+
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+else:
+    try:
+        from mypy_extensions import mypyc_attr
+    except ImportError:
+        def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+            return lambda cls: cls
+
+
+def pure_requested() -> bool:
+    """Whether the environment asks for the pure-Python sources."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def is_compiled(module: ModuleType) -> bool:
+    """Whether ``module`` was loaded from an extension module rather than its source."""
+    origin = getattr(module, "__file__", None) or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def compiled_modules() -> list[str]:
+    """The modules of :data:`COMPILED` that run compiled in this process (imports them)."""
+    return [name for name in COMPILED if is_compiled(importlib.import_module(name))]
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Finds the ``.py`` source of a :data:`COMPILED` module, skipping its extension."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED or not path:
+            return None
+        leaf = fullname.rpartition(".")[2]
+        for folder in path:
+            source = os.path.join(folder, leaf + ".py")
+            if os.path.isfile(source):
+                return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+
+def use_pure_python() -> None:
+    """Import the ``.py`` sources of :data:`COMPILED` from now on (idempotent). Must run
+    before any of them is imported; :mod:`aicache` calls it when :func:`pure_requested`."""
+    if not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst())

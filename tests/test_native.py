@@ -1,0 +1,110 @@
+"""The compiled hot path (aicache.native) against the pure-Python sources it is built from.
+
+The same trace is replayed in this process (compiled modules where the install built them)
+and in a fresh interpreter with ``AICACHE_PURE_PYTHON=1`` (the ``.py`` sources); every
+request's hit, the evictions and the resident set must agree for every policy, in objects
+and bytes mode. ``Cache.request_batch`` (the simulator's loop) must equal ``request`` called
+once per request. ``make test-pure`` runs the lockstep tests on the pure path too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aicache.native import COMPILED, PURE_ENV, compiled_modules, pure_requested
+from aicache.policies import make_eviction
+from aicache.sim.cache import Cache
+
+POLICIES = ["lru", "fifo", "clock", "sieve", "s3fifo", "arc", "lfu", "2-random", "reject-when-full"]
+MODES = ["objects", "bytes"]
+
+_REPLAY = """
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from test_native import replay
+from aicache.native import compiled_modules
+d = np.load(sys.argv[2])
+out = {f"{p}/{m}": replay(p, d["ids"], d["sizes"], m) for p in json.loads(sys.argv[3])
+       for m in ("objects", "bytes")}
+print(json.dumps({"compiled": compiled_modules(), "runs": out}))
+"""
+
+
+def _trace(n: int = 6_000, n_obj: int = 800, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, n_obj + 1) ** 0.9
+    ids = rng.permutation(n_obj)[rng.choice(n_obj, size=n, p=p / p.sum())].astype(np.int64)
+    obj_size = np.exp(rng.uniform(0, np.log(4096), n_obj)).astype(np.int64) + 1
+    return ids, obj_size[ids]
+
+
+def replay(policy: str, ids: np.ndarray, sizes: np.ndarray, mode: str) -> dict[str, object]:
+    """Hits per request (as a 0/1 string), evictions and resident keys at a tenth of the
+    working set."""
+    _, first = np.unique(ids, return_index=True)
+    ws = len(first) if mode == "objects" else int(sizes[first].sum())
+    cap = ws // 10
+    cache = Cache(cap, make_eviction(policy, cap, rng=random.Random(3)), mode)
+    hits = [cache.request(k, s, float(t))
+            for t, (k, s) in enumerate(zip(ids.tolist(), sizes.tolist()))]
+    return {"hits": "".join("1" if h else "0" for h in hits),
+            "evictions": cache.stats.evictions, "resident": sorted(cache.keys())}
+
+
+def test_compiled_and_pure_paths_agree_on_every_request(tmp_path: Path) -> None:
+    ids, sizes = _trace()
+    np.savez(tmp_path / "t.npz", ids=ids, sizes=sizes)
+    env = {**os.environ, PURE_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", _REPLAY, str(Path(__file__).parent),
+                          str(tmp_path / "t.npz"), json.dumps(POLICIES)],
+                         check=True, capture_output=True, text=True, env=env)
+    pure = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pure["compiled"] == []  # the switch really selects the sources
+    for p in POLICIES:
+        for m in MODES:
+            here = replay(p, ids, sizes, m)
+            assert "1" in here["hits"] and "0" in here["hits"]  # type: ignore[operator]
+            assert here == pure["runs"][f"{p}/{m}"], (p, m)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("policy", POLICIES + ["belady"])
+def test_request_batch_equals_one_request_at_a_time(policy: str, mode: str) -> None:
+    ids, sizes = _trace(n=3_000, seed=9)
+    cap = (len(np.unique(ids)) if mode == "objects" else int(sizes.sum()) // 8) // 10
+    times = np.arange(len(ids), dtype=np.float64)
+    from aicache.traces.formats.oracle_general import next_access_times
+
+    nxt = next_access_times(ids).tolist()
+    one = Cache(cap, make_eviction(policy, cap, rng=random.Random(1)), mode)
+    batch = Cache(cap, make_eviction(policy, cap, rng=random.Random(1)), mode)
+    future = one.policy.needs_future
+    for i, (k, s) in enumerate(zip(ids.tolist(), sizes.tolist())):
+        if future:
+            one.policy.set_next_access(nxt[i])
+        one.request(k, s, float(i))
+    half = len(ids) // 2  # two batches: state carries over between calls
+    for lo, hi in ((0, half), (half, len(ids))):
+        batch.request_batch(ids[lo:hi].tolist(), sizes[lo:hi].tolist(), times[lo:hi].tolist(),
+                            nxt[lo:hi] if future else None)
+    assert batch.stats == one.stats and one.stats.hits > 0
+    assert sorted(batch.keys()) == sorted(one.keys())
+
+
+def test_all_or_none_of_the_hot_path_is_compiled() -> None:
+    """A partial build (a shim without its shared library, a stale extension) would mix
+    paths; where any extension exists beside its source, all must load compiled."""
+    here = compiled_modules()
+    if pure_requested():
+        assert here == []
+    else:
+        assert here in ([], list(COMPILED))
