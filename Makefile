@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make demo   - set up (venv, pip, fuse3) and run the headline comparison (`aicache demo`)
 #   make test   - set up and run the whole test suite
-.PHONY: demo test setup bench
+.PHONY: demo test test-pure setup bench
 
 setup:
 	bash scripts/setup.sh test
@@ -11,6 +11,12 @@ demo: setup
 
 test: setup
 	.venv/bin/python -m pytest -q
+
+# the lockstep and contract tests on the pure-Python path (the default run uses the
+# compiled hot path where the install built it; see aicache.native)
+test-pure: setup
+	AICACHE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_policies_vs_libcachesim.py \
+		tests/test_policy_contract.py tests/test_native.py tests/test_sim_mrc.py
 
 bench: setup
 	for b in benchmarks/*.py; do .venv/bin/python $$b || exit 1; done

@@ -20,6 +20,7 @@ from aicache.errors import BadInput
 #: (group or None, module). A group ("sim") gets one sub-parser level more.
 COMMANDS: list[tuple[str | None, str]] = [
     ("sim", "aicache.cli.sim_cache"),
+    ("sim", "aicache.cli.sim_mrc"),
     ("sim", "aicache.cli.sim_datacache"),
     ("sim", "aicache.cli.sim_kv"),
     ("sim", "aicache.cli.sim_prefix"),
