@@ -54,3 +54,23 @@ def test_oracle_with_room_on_ssd_loses_no_reuse_and_writes_nothing_unread() -> N
     assert o["char"] == pytest.approx(1.0)
     assert o["ssd_writes_never_read_frac"] == 0.0
     assert 0 < o["ssd_write_bytes"] < fd["ssd_write_bytes"]
+
+
+def test_cli_admission_flag(tmp_path, capsys) -> None:
+    import json
+
+    from aicache.cli.main import main
+    from aicache.traces.io import write_kv_jsonl
+
+    path = tmp_path / "t.jsonl"
+    write_kv_jsonl(str(path), TRACE)
+    base = ["sim", "kv", "--trace", str(path), "--dram-tokens", "1024", "--in-flight", "1",
+            "--json"]
+    assert main(base + ["--admission", "oracle"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["admission"] == "oracle" and m["ssd_write_blocks"] == 2
+    assert main(base + ["--admission", "full-duplicate"]) == 0
+    assert json.loads(capsys.readouterr().out)["ssd_write_blocks"] == 5
+    assert main(base + ["--admission", "Q7"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "oracle" in err

@@ -31,6 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="eviction-count admission threshold θ_E (default 2 unless --theta-r)")
     p.add_argument("--theta-r", type=int, default=None, metavar="N",
                    help="reuse-count admission threshold θ_R (default off)")
+    p.add_argument("--admission", default=None, metavar="RULE",
+                   help="SSD admission instead of --theta-e/--theta-r: E<n>, R<n>, E<n>∨R<m>, "
+                        "full-duplicate, or a policy (oracle: the offline frontier)")
     p.add_argument("--promotion", type=float, default=None, metavar="R",
                    help="target DRAM share r of lazy partial promotion (default 0.4)")
     p.add_argument("--dram-tokens", default="1000000", metavar="N", help="DRAM budget in tokens")
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         dram_tokens=parse_size(args.dram_tokens, what="--dram-tokens"),
         ssd_tokens=parse_size(args.ssd_tokens, what="--ssd-tokens"),
         theta_e=2 if theta_e is None and args.theta_r is None else theta_e,
-        theta_r=args.theta_r, promotion=args.promotion,
+        theta_r=args.theta_r, admission=args.admission, promotion=args.promotion,
         session_window=parse_duration(args.session_window, what="--session-window"),
         in_flight=args.in_flight, transfer=args.transfer, dram_policy=args.dram_policy,
         seed=args.seed, **_queueing(args))

@@ -287,6 +287,11 @@ def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
         raise BadInput(f"replay {p.replay!r}; valid: auto, sessions, timestamps")
     if p.theta_e is not None and p.theta_e < 1 or p.theta_r is not None and p.theta_r < 1:
         raise BadInput("--theta-e/--theta-r must be at least 1")
+    if p.admission and p.admission not in ADMISSION_POLICIES:
+        try:
+            AdmissionRule.parse(p.admission)
+        except BadInput as e:
+            raise BadInput(f"{e}, or a policy: {', '.join(ADMISSION_POLICIES.names())}") from None
     return spec, model
 
 
