@@ -148,8 +148,8 @@ DAEMON_WORKER = textwrap.dedent("""
         p = f"{src}/img-{i:03d}"
         if fs.cat_file(p) != open(p, "rb").read():
             sys.exit(3)
-        open(f"{marks}/{i}", "w").close()
-        time.sleep(0.02)  # "compute" on the sample
+        fs.engine.wait_prefetches()  # the readahead this read triggered has landed: what
+        open(f"{marks}/{i}", "w").close()  # the next worker finds is decided, not raced
         reads += 1
     fs.engine.wait_prefetches()
     print(reads, int(fs.engine.metrics.value("hits")), int(fs.engine.metrics.value("misses")))
