@@ -359,6 +359,7 @@ class CacheEngine:
                 and meta.path.startswith(self._root + "/"):
             self._map_root()
         if parent not in self._listed:
+            asked = self._clock()  # the entries are no older than this
             try:
                 self.target.invalidate_cache(parent or "/")
                 entries = self._remote(self.target.ls, parent or "/", detail=True)
@@ -368,7 +369,6 @@ class CacheEngine:
             with self._lock:
                 if parent not in self._listed:
                     self._listed.add(parent)
-                    now = self._clock()
                     for e in entries:
                         if e.get("type") != "file":
                             continue
@@ -377,7 +377,7 @@ class CacheEngine:
                             m = file_meta(self.versions, name, e)
                         except FileNotFoundError:  # gone since it was listed
                             continue
-                        self._meta.setdefault(name, (m, now))
+                        self._meta.setdefault(name, (m, asked))
                         files.append((name, m.size))
             if files:
                 for path, (base, n) in self.policy.register(files).items():
@@ -392,6 +392,7 @@ class CacheEngine:
     def _map_root(self) -> None:
         """Register every file under the dataset root at once, sorted by path: a sorted
         traversal of the dataset is then one stride, across folder boundaries too."""
+        asked = self._clock()  # the entries are no older than this
         try:
             self.target.invalidate_cache()  # a find may answer from any sub-folder's listing
             found = self._remote(self.target.find, self._root, detail=True)
@@ -402,7 +403,6 @@ class CacheEngine:
             if self._root in self._listed:
                 return
             self._listed.add(self._root)
-            now = self._clock()
             for name, e in found.items():
                 if e.get("type") != "file":
                     continue
@@ -411,7 +411,7 @@ class CacheEngine:
                     m = file_meta(self.versions, name, e)
                 except FileNotFoundError:  # gone since it was listed
                     continue
-                self._meta.setdefault(name, (m, now))
+                self._meta.setdefault(name, (m, asked))
                 files.append((name, m.size))
                 self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
         if files:
