@@ -57,6 +57,12 @@ READER = textwrap.dedent("""
                 one_pass()
                 time.sleep(0.02)
             report(elapsed=one_pass())
+        elif cmd == "until-lost":  # read on, say so, until the daemon is gone
+            print("reading", flush=True)
+            deadline = time.monotonic() + 100
+            while eng.policy.connected and time.monotonic() < deadline:
+                one_pass()
+            report(elapsed=one_pass())
         elif cmd == "quit":
             break
     eng.close()
@@ -83,14 +89,23 @@ class _Readers:
                       for _ in range(READERS)]
 
     def ask(self, cmd: str) -> list[dict[str, Any]]:
+        self.tell(cmd)
+        return self.answers()
+
+    def tell(self, cmd: str) -> None:
         for p in self.procs:
             assert p.stdin is not None
             p.stdin.write(cmd + "\n")
             p.stdin.flush()
-        return [self._answer(p) for p in self.procs]
+
+    def answers(self) -> list[dict[str, Any]]:
+        return [json.loads(self._line(p)) for p in self.procs]
+
+    def lines(self) -> list[str]:
+        return [self._line(p).strip() for p in self.procs]
 
     @staticmethod
-    def _answer(p: subprocess.Popen[str]) -> dict[str, Any]:
+    def _line(p: subprocess.Popen[str]) -> str:
         import selectors
 
         assert p.stdout is not None
@@ -101,7 +116,7 @@ class _Readers:
         assert ready, "a reader hung"
         line = p.stdout.readline()
         assert line, f"a reader died (exit {p.wait()}: 3 = wrong bytes)"
-        return json.loads(line)  # type: ignore[no-any-return]
+        return line
 
     def close(self) -> list[int]:
         rcs = []
@@ -165,14 +180,18 @@ def test_a_stopped_daemon_costs_each_reader_one_bounded_wait_and_they_rejoin_it(
 
 
 def test_a_killed_daemon_leaves_readers_reading_and_a_new_one_takes_them_back(dataset) -> None:
+    """SIGKILL the daemon while 8 readers are reading: a dead daemon refuses at once, so
+    no reader waits at all (no timeout); a new daemon takes them back."""
     cache, src = dataset
     daemon = _daemon(cache)
     readers = _Readers(cache, src)
     try:
         readers.ask("pass")
+        readers.tell("until-lost")
+        assert readers.lines() == ["reading"] * READERS  # all 8 are mid-pass, in a loop
         daemon.kill()  # SIGKILL: no goodbye, the socket file stays behind
         daemon.wait()
-        gone = readers.ask("pass")
+        gone = readers.answers()  # each noticed, finished its pass right, and read once more
         assert all(not r["connected"] and r["failures"] >= 1 and r["timeouts"] == 0 for r in gone)
         daemon = _daemon(cache)  # a fresh daemon, empty block map: readers re-register theirs
         back = readers.ask("until-connected")
