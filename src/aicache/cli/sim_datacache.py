@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
                              miss_ms=args.miss_ms, remote_bw=bw, advisor=args.advisor, seed=args.seed)
     d = res.to_dict()
+    if args.trace is not None:
+        from aicache.traces.io import detect_format
+
+        d["format"] = detect_format(args.trace) if args.format in ("", "auto") else args.format
     if not args.json:
         d.pop("params", None)
     emit(d, as_json=args.json, title=f"sim datacache: {res.system} on {res.workload}")

@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"aicache sim kv: warning: {w}", file=sys.stderr)
     out = dict(res.metrics)
     out["trace"] = name
+    out["format"] = src.format if args.trace is not None else "generated"
     out["bad_records"] = bad
     emit(out, as_json=args.json, title="sim kv")
     return 0

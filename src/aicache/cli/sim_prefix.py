@@ -56,6 +56,12 @@ def run(args: argparse.Namespace) -> int:
                    params=PrefixSimParams(prefill_tokens_per_s=args.prefill_tokens_per_s))
     out = res.to_dict()
     out["trace"] = args.trace if args.trace is not None else f"workload:{args.workload}"
+    if args.trace is not None:
+        from aicache.traces.io import detect_format
+
+        out["format"] = detect_format(args.trace) if args.format in ("", "auto") else args.format
+    else:
+        out["format"] = "generated"
     if args.workload is not None:  # what was generated: sizes, turns, gaps, type shares
         from aicache.traces.gen_chat import stats
 

@@ -73,7 +73,7 @@ class WorkingSet:
 
 @dataclass(slots=True)
 class CacheSimResult:
-    """One simulation's numbers. The first eleven fields are CLI.md's JSON keys."""
+    """One simulation's numbers. The first eleven fields are CLI.md's JSON keys, in order."""
 
     trace: str
     policy: str
@@ -98,9 +98,12 @@ class CacheSimResult:
     seed: int = 0
 
     def to_dict(self) -> dict[str, object]:
-        """Exactly CLI.md's JSON keys, in order."""
+        """CLI.md's JSON keys first, in order, then every other field (the table's rows:
+        ``--json`` carries everything the table shows)."""
         d = asdict(self)
-        return {k: d[k] for k in JSON_KEYS}
+        out = {k: d[k] for k in JSON_KEYS}
+        out.update((k, v) for k, v in d.items() if k not in out)
+        return out
 
     def to_full_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -181,6 +181,14 @@ class _Lineage:
 
 def _generate(t: SessionTargets, sessions: int | None, seed: int,
               block_tokens: int | None = None) -> Iterator[KVRequest]:
+    """The sessions' requests in timestamp order (ties in session, then turn order), as a
+    trace records them and as every replay of a trace file requires; block ids are assigned
+    session by session, so the ids do not depend on how the sessions interleave."""
+    yield from sorted(_by_session(t, sessions, seed, block_tokens), key=lambda r: r.timestamp)
+
+
+def _by_session(t: SessionTargets, sessions: int | None, seed: int,
+                block_tokens: int | None = None) -> Iterator[KVRequest]:
     n_s = t.sessions if sessions is None else int(sessions)
     if n_s < 1:
         raise BadInput(f"--sessions {sessions} must be at least 1")

@@ -8,7 +8,11 @@ Auto-detection looks at content, never at the file name: a binary file whose siz
 multiple of 24 with plausible fields is ``oracle-general``; a JSON-lines file is decided by
 the keys of its first object (kv-jsonl's session/block keys, else bailian's chat ids, else
 mooncake); a csv header naming ``unit`` is ``block-csv``, any other comma-separated file is
-``lcs-csv``; anything else is ``lcs-txt`` (one id per line).
+``lcs-csv`` when its header names an object-id column (or its first row is all numbers);
+a text file is ``lcs-txt`` only when every line of its first 64 KiB is one token (one id per
+line). Anything else — a log, a README, a csv without an id column — is refused with one
+line naming the file and the formats tried (:data:`TRIED`), so a non-trace never produces
+a miss ratio.
 """
 
 from __future__ import annotations
@@ -26,6 +30,22 @@ from aicache.traces.formats.block_csv import BlockCsvWriter, write_block_csv
 from aicache.traces.formats.kv_jsonl import write_kv_jsonl
 
 _HEAD = 1 << 16
+#: the formats detection tries, in order (named in the refusal)
+TRIED = ("oracle-general", "kv-jsonl", "bailian", "mooncake", "block-csv", "lcs-csv", "lcs-txt")
+
+
+def _not_a_trace(path: str, line: str) -> BadInput:
+    shown = line if len(line) <= 60 else line[:57] + "..."
+    return BadInput(f"{path}: not a trace in any known format (tried {', '.join(TRIED)}); "
+                    f"first line {shown!r}; pass --format FMT if it is one")
+
+
+def _one_id_per_line(head: bytes) -> bool:
+    """Every complete line of ``head`` is blank or a single whitespace-free token."""
+    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").split("\n")
+    if len(head) >= _HEAD and len(lines) > 1:
+        lines = lines[:-1]  # the sample may end mid-line
+    return all(len(ln.split()) <= 1 for ln in lines)
 
 
 def _first_line(head: bytes) -> str:
@@ -52,6 +72,7 @@ def detect_format(path: str) -> str:
     from aicache.traces.formats.bailian import MARKER_KEYS as BAILIAN_KEYS
     from aicache.traces.formats.block_csv import looks_like as is_block_csv
     from aicache.traces.formats.kv_jsonl import MARKER_KEYS as KV_KEYS
+    from aicache.traces.formats.lcs_csv import columns as lcs_columns
 
     try:
         size = os.path.getsize(path)
@@ -95,8 +116,14 @@ def detect_format(path: str) -> str:
             header = next(csv.reader([first]))
         except csv.Error:  # a field over csv's limit: the reader names the record
             return "lcs-csv"
-        return "block-csv" if is_block_csv(header) else "lcs-csv"
-    return "lcs-txt"
+        if is_block_csv(header):
+            return "block-csv"
+        if "obj_id" in lcs_columns(header)[0]:
+            return "lcs-csv"
+        raise _not_a_trace(path, first)
+    if _one_id_per_line(head):
+        return "lcs-txt"
+    raise _not_a_trace(path, first)
 
 
 def open_trace(path: str | os.PathLike[str], fmt: str = "auto", skip_bad: bool = False) -> TraceSource:
