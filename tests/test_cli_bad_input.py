@@ -208,8 +208,12 @@ def test_an_index_with_block_size_zero_is_called_damaged(tmp_path: Path) -> None
     db.commit()
     db.close()
     err = bad(cli("cache", "stats", "--cache-dir", str(d)), "block size '0'", "damaged index",
-              "remove the directory")
+              f"aicache cache clear --cache-dir {d}")
     assert "give e.g. 4MiB" not in err
+    r = cli("cache", "clear", "--cache-dir", str(d), "--json")  # the advice works
+    assert r.returncode == 0, r.stderr
+    r = cli("cache", "stats", "--cache-dir", str(d), "--json")
+    assert r.returncode == 0 and '"blocks": 0' in r.stdout, (r.stdout, r.stderr)
 
 
 OG = np.dtype([("t", "<u4"), ("id", "<u8"), ("s", "<u4"), ("n", "<i8")])

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from aicache.cli.output import emit
     from aicache.datacache.store import BlockStore
 
-    check_cache_dir(args.cache_dir)
+    check_cache_dir(args.cache_dir, clearing=args.action == "clear")
     repaired = BlockStore.repair_layout(args.cache_dir) if args.action == "clear" else []
     store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
     try:
@@ -57,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_cache_dir(path: str) -> None:
+def check_cache_dir(path: str, clearing: bool = False) -> None:
     """Refuse, with the real reason, what the store cannot open: a directory this user
     cannot write (every action takes the store's lock and may update its index), and an
-    index whose recorded block size is not a positive number (no engine writes one)."""
+    index whose recorded block size is not a positive number (no engine writes one). A
+    ``clear`` of the latter drops the index first (it empties the cache anyway), so that
+    ``aicache cache clear`` always works."""
     index = os.path.join(path, "index.sqlite")
     if os.path.isdir(path) and os.path.isfile(index) and not os.access(path, os.W_OK):
         raise BadInput(f"--cache-dir {path!r} is read-only for this user; aicache cache takes "
@@ -79,7 +81,15 @@ def check_cache_dir(path: str) -> None:
         ok = int(row[0]) > 0
     except (TypeError, ValueError):
         ok = False
-    if not ok:
-        raise BadInput(f"--cache-dir {path!r}: its index records block size {row[0]!r}, which no "
-                       "cache writes (a damaged index); remove the directory (it only holds "
-                       "cached copies) and let the next mount rebuild it")
+    if ok:
+        return
+    if clearing:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(index + suffix)
+            except FileNotFoundError:
+                pass
+        return
+    raise BadInput(f"--cache-dir {path!r}: its index records block size {row[0]!r}, which no "
+                   f"cache writes (a damaged index); run aicache cache clear --cache-dir {path} "
+                   "(it only holds cached copies)")
