@@ -383,3 +383,34 @@ def test_http_overwrite_seen_and_open_handle_pinned_by_etag(http_objects, tmp_pa
         assert e.store.get(BlockKey(meta.path, meta.version, 1)) is None
         assert e.read(url) == new
         assert meta.version.startswith("etag:")  # keyed (and pinned) by the ETag
+
+
+def test_fuse_operations_use_no_metadata_older_than_the_ttl(s3: S3Server, prefix: str,  # noqa: F811
+                                                            tmp_path: Path) -> None:
+    """The mount's operations (no kernel in between) under an injected clock: within the
+    TTL they answer from what they have, at the TTL from the remote, although s3fs's own
+    listing cache (never expiring) holds the old listing."""
+    from aicache.datacache.fuse import CacheFuse
+
+    remote = s3fs_with_listing_cache(s3)
+    remote.pipe_file(f"{prefix}/a.bin", rand(50, BLOCK))
+    clock = Clock()
+    ops = CacheFuse(lambda: engine(remote, tmp_path / "c", ttl=30.0, clock=clock), remote, prefix,
+                    metadata_ttl=30.0, clock=clock)
+    ops.init("/")
+    try:
+        assert sorted(ops.readdir("/", 0)) == [".", "..", "a.bin"]
+        assert ops.getattr("/a.bin")["st_size"] == BLOCK
+        other = s3.filesystem()
+        other.pipe_file(f"{prefix}/a.bin", rand(51, 2 * BLOCK))
+        other.pipe_file(f"{prefix}/b.bin", b"new")
+        clock.t += 29.0
+        assert ops.getattr("/a.bin")["st_size"] == BLOCK  # within the TTL
+        clock.t += 1.0
+        assert sorted(ops.readdir("/", 0)) == [".", "..", "a.bin", "b.bin"]
+        assert ops.getattr("/a.bin")["st_size"] == 2 * BLOCK
+        fh = ops.open("/a.bin", os.O_RDONLY)
+        assert ops.read("/a.bin", 2 * BLOCK, 0, fh) == rand(51, 2 * BLOCK)
+        ops.release("/a.bin", fh)
+    finally:
+        ops.destroy("/")
