@@ -125,7 +125,14 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "stack-distance" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("sizes", ["", "1%,,5%", "0", "0%", "200%", "ten", "10%,-5", "99999999"])
+def test_sizes_beyond_the_working_set_give_the_compulsory_miss_ratio(tmp_path: Path) -> None:
+    ids, s = _zipf(1_000, 100, 1.0, seed=1)
+    trace = _write(tmp_path / "t.og", "oracle-general", ids, s)
+    curve = miss_ratio_curve(trace, "lru", ["100%", "200%", "99999999"])
+    assert curve.miss_ratios == pytest.approx([len(set(ids.tolist())) / len(ids)] * 3, abs=1e-12)
+
+
+@pytest.mark.parametrize("sizes", ["", "1%,,5%", "0", "0%", "ten", "10%,-5"])
 def test_bad_sizes_exit_2_with_one_line(tmp_path: Path, sizes: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     ids, s = _zipf(1_000, 100, 1.0, seed=1)

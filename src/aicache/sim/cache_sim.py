@@ -7,8 +7,8 @@ there. Accounting follows libCacheSim (see :mod:`aicache.sim.cache`).
 A *pre-pass* over the trace comes first (traces are re-iterable sources, read in constant
 memory each time). It finds the working set — distinct objects, and the sum of their
 first-seen sizes — which a ``"10%"`` cache size needs and against which every size is
-checked (0, or more than the working set, is a :class:`BadInput`: such a run would only
-measure compulsory misses). Memory: one set entry per distinct object (the cache itself
+checked (0 is a :class:`BadInput`; a size beyond the working set is allowed and measures
+the compulsory misses). Memory: one set entry per distinct object (the cache itself
 can hold that many). For a policy that ``needs_future`` (Belady) the pre-pass also computes
 every request's next access (0-based index of the next request to the same object, -1 if
 none) with a vectorised stable argsort: 8 bytes per request are kept for the run and 24 per
@@ -158,16 +158,15 @@ def scan(source: TraceSource, *, need_bytes: bool = True, need_future: bool = Fa
 
 
 def resolve_cache_size(cache_size: str | int, ws: WorkingSet, size_mode: str, trace: str) -> int:
-    """Absolute size from ``"10%"``, ``"4GiB"`` or an int, checked against the working set."""
+    """Absolute size from ``"10%"``, ``"4GiB"`` or an int; it must be positive. A size at or
+    above the working set (``"100%"``, ``"150%"``) is allowed, as in libCacheSim: such a
+    cache never evicts, so its misses are the compulsory ones (a curve's end point)."""
     unit = "objects" if size_mode == "objects" else "bytes"
     total = ws.size(size_mode)
     cap = parse_size(cache_size, total=total, what="cache size")
     if cap <= 0:
         raise BadInput(f"cache size {cache_size!r} is {cap} {unit}; give a positive size "
                        f"(the working set of {trace!r} is {total} {unit})")
-    if cap > total:
-        raise BadInput(f"cache size {cache_size!r} ({cap} {unit}) is larger than the working set "
-                       f"of {trace!r} ({total} {unit}); give at most {total} or a percentage like 10%")
     return cap
 
 
