@@ -108,3 +108,21 @@ def test_all_or_none_of_the_hot_path_is_compiled() -> None:
         assert here == []
     else:
         assert here in ([], list(COMPILED))
+
+
+def test_sources_edited_after_the_build_are_reported_stale(tmp_path: Path) -> None:
+    import importlib.machinery
+
+    from aicache.native import stale_sources
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    stems = [tmp_path.joinpath(*name.split(".")) for name in COMPILED[:2]]
+    for stem in stems:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_name(stem.name + ".py").write_text("")
+        stem.with_name(stem.name + suffix).write_bytes(b"")
+    assert stale_sources(str(tmp_path)) == []  # built together: not stale
+    later = stems[1].with_name(stems[1].name + ".py")
+    built = os.stat(stems[1].with_name(stems[1].name + suffix)).st_mtime
+    os.utime(later, (built + 60, built + 60))  # the source edited a minute after the build
+    assert stale_sources(str(tmp_path)) == [COMPILED[1]]

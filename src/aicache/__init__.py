@@ -6,9 +6,15 @@ simulator and the real engines). See ARCHITECTURE in the README.
 
 from __future__ import annotations
 
-from aicache.native import pure_requested, use_pure_python
+from aicache.native import pure_requested, stale_sources, use_pure_python
 
 if pure_requested():  # before any compiled module can be imported
+    use_pure_python()
+elif _stale := stale_sources():
+    import warnings
+
+    warnings.warn(f"aicache: {', '.join(_stale)} edited since the install compiled them; "
+                  "running the pure-Python sources (reinstall to compile again)", stacklevel=2)
     use_pure_python()
 
 __version__ = "0.1.0"

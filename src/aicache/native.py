@@ -11,7 +11,10 @@ files are used as before.
 ``AICACHE_PURE_PYTHON=1`` in the environment makes :mod:`aicache` import the ``.py``
 sources even where the extensions exist (a finder put first on ``sys.meta_path`` when the
 package is imported), so both paths can be tested and profiled on one install:
-``make test-pure`` runs the lockstep tests that way.
+``make test-pure`` runs the lockstep tests that way. An editable install whose compiled
+sources were edited after the build does the same, with a warning (:func:`stale_sources`):
+the extensions would run the old code. All or none: a compiled class cannot mix with a
+pure one of the same hierarchy.
 
 :func:`mypyc_attr` is mypyc's class-attribute decorator when mypy_extensions is installed
 (at compile time it is), and an identity decorator otherwise, so the pure path needs no
@@ -45,6 +48,9 @@ COMPILED: tuple[str, ...] = (
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"
 
+#: seconds a source may be newer than its extension and still count as compiled
+_MTIME_SLACK = 2.0
+
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
@@ -60,6 +66,28 @@ else:
 def pure_requested() -> bool:
     """Whether the environment asks for the pure-Python sources."""
     return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def stale_sources(root: str | None = None) -> list[str]:
+    """The :data:`COMPILED` modules whose ``.py`` under ``root`` (the directory holding
+    the ``aicache`` package; default: this one's) is newer than its extension module by
+    more than :data:`_MTIME_SLACK` (an installer may write the source just after it)."""
+    base = root if root is not None else os.path.dirname(os.path.dirname(__file__))
+    stale = []
+    for name in COMPILED:
+        stem = os.path.join(base, *name.split("."))
+        try:
+            src = os.stat(stem + ".py").st_mtime
+        except OSError:
+            continue
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            try:
+                if os.stat(stem + suffix).st_mtime + _MTIME_SLACK < src:
+                    stale.append(name)
+                break
+            except OSError:
+                continue
+    return stale
 
 
 def is_compiled(module: ModuleType) -> bool:
