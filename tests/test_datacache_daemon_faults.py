@@ -180,8 +180,8 @@ def test_a_stopped_daemon_costs_each_reader_one_bounded_wait_and_they_rejoin_it(
 
 
 def test_a_killed_daemon_leaves_readers_reading_and_a_new_one_takes_them_back(dataset) -> None:
-    """SIGKILL the daemon while 8 readers are reading: a dead daemon refuses at once, so
-    no reader waits at all (no timeout); a new daemon takes them back."""
+    """SIGKILL the daemon while 8 readers are reading: they notice (a refused or reset
+    connection, at most one timed-out call) and read on; a new daemon takes them back."""
     cache, src = dataset
     daemon = _daemon(cache)
     readers = _Readers(cache, src)
@@ -192,7 +192,10 @@ def test_a_killed_daemon_leaves_readers_reading_and_a_new_one_takes_them_back(da
         daemon.kill()  # SIGKILL: no goodbye, the socket file stays behind
         daemon.wait()
         gone = readers.answers()  # each noticed, finished its pass right, and read once more
-        assert all(not r["connected"] and r["failures"] >= 1 and r["timeouts"] == 0 for r in gone)
+        # a dead daemon refuses at once; only a call caught while the kernel was still
+        # tearing the process down can time out, once
+        assert all(not r["connected"] and r["failures"] + r["timeouts"] >= 1
+                   and r["timeouts"] <= 1 for r in gone), gone
         daemon = _daemon(cache)  # a fresh daemon, empty block map: readers re-register theirs
         back = readers.ask("until-connected")
         assert all(r["connected"] and r["reconnects"] == 1 for r in back)
