@@ -26,6 +26,8 @@ COMMANDS: list[tuple[str | None, str]] = [
     ("sim", "aicache.cli.sim_prefix"),
     ("gen", "aicache.cli.gen_workflow"),
     ("gen", "aicache.cli.gen_sessions"),
+    ("trace", "aicache.cli.trace_summary"),
+    ("trace", "aicache.cli.trace_convert"),
     (None, "aicache.cli.mount"),
     (None, "aicache.cli.umount"),
     (None, "aicache.cli.record"),
@@ -34,7 +36,8 @@ COMMANDS: list[tuple[str | None, str]] = [
     (None, "aicache.cli.demo"),
 ]
 
-GROUP_HELP = {"sim": "trace-driven simulation", "gen": "workload and trace generators"}
+GROUP_HELP = {"sim": "trace-driven simulation", "gen": "workload and trace generators",
+              "trace": "trace analysis and format conversion"}
 
 
 def build_parser() -> argparse.ArgumentParser:
