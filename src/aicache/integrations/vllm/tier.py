@@ -1,0 +1,432 @@
+"""``SariaSSDTier``: vLLM's secondary offloading tier on aicache's SSD store, with SARIA admission.
+
+vLLM's ``TieringOffloadingManager`` cascades every chunk newly stored in its host-DRAM
+tier to every secondary tier (write-through) and asks the secondary tiers only on a DRAM
+miss. Its own ``fs`` tier writes every chunk and has no capacity bound. This tier persists a
+chunk only when SARIA's admission rule admits it, from the evidence the manager's calls
+carry:
+
+* a store offered again for a key this tier has seen means the chunk left DRAM and was
+  recomputed: ``E_b += 1`` (an eviction boundary);
+* a lookup of a key means the chunk left DRAM and a request wants it: ``R_b += 1`` (once
+  per request and key, however often the manager retries).
+
+With prewrite (SARIA's default) a re-offered chunk is written when ``E_b + 1 ≥ θ_E`` or
+``R_b ≥ θ_R`` — at its second entry into DRAM under ``E2``, the eviction it is about to
+face being the second. Without prewrite it is written when ``admit(E_b, R_b)`` already
+holds. ``admission="full-duplicate"`` writes every chunk (vLLM's ``fs`` behaviour, one
+flag away). A declined store still reports success: the manager only releases its pins.
+
+Bytes go to a :class:`~aicache.kvstore.store.TieredKVStore` with no DRAM tier (the engine
+owns DRAM): slab files with per-block checksums, crash recovery by header scan, an SSD
+LRU that keeps the files within ``ssd_bytes``. The store's ``Moves`` (its SSD LRU drops)
+become ``removed`` events. Each chunk is one block under the namespace of its KV group
+(keys are vLLM's chained block hashes, so a chunk needs no parent to be found again).
+
+Threads. All methods run on vLLM's scheduler thread and never wait for I/O: lookups are
+answered from :attr:`_state` (a key is ``HIT`` once its write finished, ``RETRY`` while it
+is in flight). The store is owned by one worker thread that applies store and load jobs in
+submission order; its slab I/O runs on the store's I/O pool. Results come back through a
+queue that :meth:`get_finished_jobs` drains. A load reports each key's fate: a key whose
+block failed its checksum (or was dropped since the lookup) is left out of
+``successful_keys`` and is a miss from then on — never wrong bytes.
+
+Identity. The store namespace is a digest of the model, dtype, chunk geometry and KV
+group, so a directory shared by another model or layout never serves its payloads here.
+vLLM derives block hashes from a fixed seed (or ``PYTHONHASHSEED``), so a restarted engine
+finds the chunks a previous one wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import time
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from vllm.v1.kv_offload.base import (
+    LookupResult, Medium, OffloadingEvent, OffloadKey, ReqContext, RequestOffloadingContext,
+    get_offload_block_hash, get_offload_group_idx, make_offload_key,
+)
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
+
+from aicache.errors import BadInput
+from aicache.kv.models import ModelSpec
+from aicache.kv.radix import RadixNode, Tier
+from aicache.kv.saria import AdmissionRule, KVIndexParams
+from aicache.kvstore.ssd import lifetime_days
+from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.base import OffloadingSpec
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+
+_SSD = int(Tier.SSD)
+StoreKey = tuple[str, bytes]  #: (namespace, block hash) — how the store names a chunk
+
+
+class ChunkState(Enum):
+    WRITING = 1  #: admitted, write in flight: lookups answer RETRY
+    STORED = 2   #: on the SSD: lookups answer HIT
+
+
+@dataclass(slots=True)
+class _Evidence:
+    """SARIA's counters for a chunk this tier has seen (held or not)."""
+
+    E: int = 0
+    R: int = 0
+
+
+@dataclass(slots=True)
+class _Seen:
+    """Per-request scratch (``ReqContext`` state): keys whose reuse was counted."""
+
+    keys: set[StoreKey] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Done:
+    """A job's outcome, posted by the worker thread."""
+
+    job_id: int
+    promotion: bool
+    ok: list[StoreKey]
+    failed: list[StoreKey]
+    dropped: list[StoreKey]
+    nbytes: int
+    seconds: float
+
+
+@dataclass(slots=True)
+class TierMetrics:
+    """What the tier did since it opened (``metrics()``)."""
+
+    stores_offered: int = 0
+    chunks_offered: int = 0
+    admissions: int = 0
+    admissions_declined: int = 0
+    already_held: int = 0
+    chunks_written: int = 0
+    write_failures: int = 0
+    bytes_written: int = 0
+    chunks_loaded: int = 0
+    load_failures: int = 0
+    bytes_read: int = 0
+    lookups: int = 0
+    lookup_hits: int = 0
+    lookup_retries: int = 0
+    chunks_dropped: int = 0
+    recovered_chunks: int = 0
+
+
+class SariaSSDTier(SecondaryTierManager):
+    """An SSD tier under vLLM's host-DRAM tier with SARIA admission (module docstring).
+
+    ``extra`` keys of the ``secondary_tiers`` entry: ``root_dir`` (required), ``ssd_bytes``
+    (the byte budget of the slab files, required), ``admission`` (``E2`` default, ``R8``,
+    ``E2∨R8``, ``full-duplicate``), ``prewrite`` (default true), ``io_threads``,
+    ``metadata_entries`` (counters kept for chunks not held; default 8 × SSD slots).
+    """
+
+    medium: ClassVar[Medium] = Medium.STORAGE
+
+    def __init__(self, offloading_spec: OffloadingSpec, primary_kv_view: memoryview,
+                 tier_type: str, root_dir: str | None = None, ssd_bytes: int | None = None,
+                 admission: str = "E2", prewrite: bool = True, io_threads: int = 4,
+                 metadata_entries: int | None = None, slab_bytes: int = 256 << 20,
+                 backpressure_detector: BackpressureDetector | None = None) -> None:
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        if not root_dir:
+            raise BadInput(f"secondary tier {tier_type!r}: set \"root_dir\" to the SSD "
+                           f"directory for the slab files")
+        if not ssd_bytes or int(ssd_bytes) <= 0:
+            raise BadInput(f"secondary tier {tier_type!r}: set \"ssd_bytes\" to the SSD "
+                           f"byte budget (e.g. 107374182400 for 100 GiB)")
+        self.rule = AdmissionRule.parse(admission)
+        self.prewrite = bool(prewrite)
+        row = self.block_size_bytes
+        rows = np.asarray(primary_kv_view).view(np.uint8)
+        self._rows = rows.reshape(rows.shape[0], -1)[:, :row]
+        if row % 2:
+            raise BadInput(f"chunk of {row} B: the SSD tier needs an even chunk size")
+        # one chunk = one "token" of ``row`` bytes, so every block is exactly one chunk
+        model = ModelSpec("vllm-chunk", 1, 1, row // 2, dtype_bytes=1, block_tokens=1)
+        self._store = TieredKVStore(TieredKVStoreParams(
+            index=KVIndexParams(model=model, dram_bytes=0, ssd_bytes=int(ssd_bytes)),
+            directory=root_dir, io_threads=int(io_threads),
+            slab_bytes=min(int(slab_bytes), int(ssd_bytes))))
+        self._ns_base = _namespace_base(offloading_spec, row)
+        self._state: dict[StoreKey, ChunkState] = {}
+        self._evidence: OrderedDict[StoreKey, _Evidence] = OrderedDict()
+        n_slots = self._store.ssd.n_slots if self._store.ssd is not None else 0
+        self._evidence_cap = int(metadata_entries) if metadata_entries else 8 * max(1, n_slots)
+        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._ready: list[JobResult] = []
+        self._events: list[OffloadingEvent] = []
+        self._jobs_in_flight = 0
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aicache-vllm-tier")
+        self.m = TierMetrics()
+        self._t0 = time.monotonic()
+        self._recover()
+
+    # ------------------------------------------------------------------ keys
+    def _ns(self, group: int) -> str:
+        return f"{self._ns_base}g{group}"
+
+    def _skey(self, key: OffloadKey) -> StoreKey:
+        h = get_offload_block_hash(key)
+        if len(h) > 32:  # slab headers hold 32-byte keys
+            h = hashlib.blake2b(h, digest_size=32).digest()
+        return self._ns(get_offload_group_idx(key)), bytes(h)
+
+    def _okey(self, sk: StoreKey) -> OffloadKey:
+        return make_offload_key(sk[1], int(sk[0][len(self._ns_base) + 1:]))
+
+    def _recover(self) -> None:
+        """Chunks a previous process left on the SSD (the store rebuilt its index)."""
+        tree = self._store.index.tree
+        for ns in tree.namespaces():
+            if not str(ns).startswith(self._ns_base):
+                continue  # another model's or layout's chunks: never served here
+            root = tree.root(ns)
+            for key, node in ((root.children or {}).items() if root is not None else ()):
+                if node.kv_loc & _SSD and isinstance(key, bytes):
+                    self._state[(str(ns), key)] = ChunkState.STORED
+        self.m.recovered_chunks = len(self._state)
+
+    # ------------------------------------------------------------------ scheduler side
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        sk = self._skey(key)
+        self.m.lookups += 1
+        seen = req_context.get_state(_Seen)
+        if seen is None:
+            seen = _Seen()
+            req_context.set_state(seen)
+        if sk not in seen.keys:  # a DRAM miss wanting the chunk: one reuse per request
+            seen.keys.add(sk)
+            self._evidence_of(sk).R += 1
+        st = self._state.get(sk)
+        if st is ChunkState.STORED:
+            self.m.lookup_hits += 1
+            return LookupResult.HIT
+        if st is ChunkState.WRITING:
+            self.m.lookup_retries += 1
+            return LookupResult.RETRY
+        return LookupResult.MISS
+
+    def _evidence_of(self, sk: StoreKey) -> _Evidence:
+        ev = self._evidence.get(sk)
+        if ev is None:
+            ev = self._evidence[sk] = _Evidence()
+            while len(self._evidence) > self._evidence_cap:
+                self._evidence.popitem(last=False)
+        else:
+            self._evidence.move_to_end(sk)
+        return ev
+
+    def admits(self, sk: StoreKey) -> bool:
+        """SARIA's decision for a chunk offered for storage (counts the eviction it implies)."""
+        ev = self._evidence.get(sk)
+        if ev is None:
+            ev = self._evidence_of(sk)  # first offer: computed for the first time
+        else:
+            ev.E += 1  # offered again: it left DRAM and was recomputed
+            self._evidence.move_to_end(sk)
+        rule = self.rule
+        return rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        m = self.m
+        m.stores_offered += 1
+        todo: list[tuple[StoreKey, int]] = []
+        for key, cid in zip(job_metadata.keys, job_metadata.chunk_ids):
+            sk = self._skey(key)
+            m.chunks_offered += 1
+            if sk in self._state:
+                m.already_held += 1
+                continue
+            if self.admits(sk):
+                m.admissions += 1
+                self._state[sk] = ChunkState.WRITING
+                todo.append((sk, int(cid)))
+            else:
+                m.admissions_declined += 1
+        if not todo:  # nothing to persist: the job is done (the manager releases its pins)
+            self._ready.append(JobResult(job_metadata.job_id, True, transfer_bytes=0))
+            return
+        self._jobs_in_flight += 1
+        self._worker.submit(self._run_store, job_metadata.job_id, todo)
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        items = [(self._skey(k), int(c)) for k, c in zip(job_metadata.keys, job_metadata.chunk_ids)]
+        self._jobs_in_flight += 1
+        self._worker.submit(self._run_load, job_metadata.job_id, items)
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        out, self._ready = self._ready, []
+        while True:
+            try:
+                d = self._done.get_nowait()
+            except queue.Empty:
+                break
+            self._jobs_in_flight -= 1
+            out.append(self._settle(d))
+        return out
+
+    def _settle(self, d: _Done) -> JobResult:
+        m, state = self.m, self._state
+        lost = [sk for sk in d.dropped if state.pop(sk, None) is not None]
+        if d.promotion:
+            m.chunks_loaded += len(d.ok)
+            m.bytes_read += d.nbytes
+            m.load_failures += len(d.failed)
+            for sk in d.failed:  # corrupt or gone: a miss from now on
+                if state.pop(sk, None) is not None:
+                    lost.append(sk)
+        else:
+            for sk in d.ok:
+                if state.get(sk) is ChunkState.WRITING:
+                    state[sk] = ChunkState.STORED
+            for sk in d.failed:
+                if state.get(sk) is ChunkState.WRITING:
+                    del state[sk]
+            m.chunks_written += len(d.ok)
+            m.bytes_written += d.nbytes
+            m.write_failures += len(d.failed)
+            if d.ok:
+                self._events.append(OffloadingEvent(keys=[self._okey(s) for s in d.ok],
+                                                    medium=Medium.STORAGE, removed=False))
+        if lost:
+            m.chunks_dropped += len(lost)
+            self._events.append(OffloadingEvent(keys=[self._okey(s) for s in lost],
+                                                medium=Medium.STORAGE, removed=True))
+        success = not d.failed
+        keys = None
+        if d.promotion and not success:
+            keys = tuple(self._okey(s) for s in d.ok) or None
+        return JobResult(d.job_id, success, successful_keys=keys, transfer_time=d.seconds,
+                         transfer_bytes=d.nbytes)
+
+    def has_pending_work(self) -> bool:
+        return self._jobs_in_flight > 0
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        out, self._events = self._events, []
+        return out
+
+    def drain_jobs(self) -> None:
+        """Wait for every submitted job (the worker runs them in order)."""
+        try:
+            self._worker.submit(lambda: None).result()
+        except RuntimeError:  # interpreter exit stopped new submissions: wait for the queue
+            self._worker.shutdown(wait=True)
+
+    def shutdown(self) -> None:
+        self.drain_jobs()
+        self._worker.shutdown(wait=True)
+        self._store.close()
+        # our view exports the DRAM region's buffer: it must go before vLLM closes the mmap
+        self._rows = np.empty((0, 0), dtype=np.uint8)
+
+    # ------------------------------------------------------------------ worker thread
+    def _run_store(self, job_id: int, todo: list[tuple[StoreKey, int]]) -> None:
+        t0 = time.perf_counter()
+        store, rows = self._store, self._rows
+        dropped: list[StoreKey] = []
+        try:
+            for sk, cid in todo:
+                moves = store.store(sk[0], [sk[1]], [rows[cid]])
+                dropped.extend(self._keys_of(moves.ssd_drops))
+            if store.ssd is not None:
+                store.ssd.drain()  # the writes ran on the store's I/O pool
+            ok, failed = [], []
+            for sk, _ in todo:  # a failed write was forgotten by the store
+                (ok if store.lookup(sk[0], [sk[1]], begin=False).hit_blocks else failed).append(sk)
+        except Exception:  # noqa: BLE001 - a job must report, never hang the manager
+            ok, failed = [], [sk for sk, _ in todo]
+        row = self.block_size_bytes
+        self._done.put(_Done(job_id, False, ok, failed, dropped, len(ok) * row,
+                             time.perf_counter() - t0))
+
+    def _keys_of(self, nodes: Iterable[RadixNode]) -> list[StoreKey]:
+        """Store keys of chunks the store's SSD LRU dropped (a chunk's parent is the root
+        of its namespace; another layout's chunks are not ours to report)."""
+        tree = self._store.index.tree
+        roots = {id(tree.root(ns)): str(ns) for ns in tree.namespaces()}
+        out: list[StoreKey] = []
+        for n in nodes:
+            ns = roots.get(id(n.parent))
+            if ns is not None and ns.startswith(self._ns_base) and isinstance(n.key, bytes):
+                out.append((ns, n.key))
+        return out
+
+    def _run_load(self, job_id: int, items: list[tuple[StoreKey, int]]) -> None:
+        t0 = time.perf_counter()
+        store, rows = self._store, self._rows
+        ok: list[StoreKey] = []
+        failed: list[StoreKey] = []
+        nbytes = 0
+        for sk, cid in items:
+            try:
+                plan = store.lookup(sk[0], [sk[1]])
+            except Exception:  # noqa: BLE001
+                failed.append(sk)
+                continue
+            try:
+                good = plan.hit_blocks == 1 and store.load(plan, [rows[cid]]).valid_blocks == 1
+            except Exception:  # noqa: BLE001 - an I/O error is this key's miss
+                good = False
+            finally:
+                store.release(plan)
+            if good:
+                ok.append(sk)
+                nbytes += self.block_size_bytes
+            else:
+                failed.append(sk)
+        self._done.put(_Done(job_id, True, ok, failed, [], nbytes, time.perf_counter() - t0))
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self) -> dict[str, float | int | str]:
+        """Counters as a JSON-able dict: bytes written, admissions declined, lifetime."""
+        m = self.m
+        out: dict[str, float | int | str] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
+        out["admission"] = self.rule.label
+        ssd = self._store.ssd
+        if ssd is not None:
+            s = ssd.stats
+            out["ssd_bytes_written"] = s.bytes_written
+            out["ssd_budget_bytes"] = ssd.budget_bytes
+            out["ssd_files_bytes"] = ssd.files_size()
+            out["ssd_lifetime_days_1dwpd"] = lifetime_days(
+                s.bytes_written, time.monotonic() - self._t0, ssd.budget_bytes)
+        out["chunks_held"] = sum(1 for v in self._state.values() if v is ChunkState.STORED)
+        return out
+
+    def held_keys(self) -> Collection[OffloadKey]:
+        """Keys a lookup answers HIT for (tests)."""
+        return [self._okey(sk) for sk, v in self._state.items() if v is ChunkState.STORED]
+
+
+def _namespace_base(spec: OffloadingSpec, row_bytes: int) -> str:
+    """A store namespace naming the KV layout: chunks of another model, dtype, chunk
+    geometry, KV groups or parallel layout never match (≤ 64 bytes with the group suffix)."""
+    cfg = spec.config
+    par = cfg.parallel
+    parts = [cfg.model.name, str(cfg.model.dtype), str(row_bytes), str(cfg.cache.blocks_per_chunk),
+             str(cfg.cache.tokens_per_hash), str(cfg.kv_cache_layout), str(cfg.canonical_layout),
+             ";".join(f"{g.group_id}:{g.tokens_per_block}:{','.join(g.layer_names)}"
+                      for g in cfg.groups)]
+    if not par.is_parallelism_agnostic:
+        parts.append(f"tp{par.tp_size}pp{par.pp_size}r{par.rank}/{par.world_size}")
+    digest = hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
+    return f"vllm-{digest}-"
