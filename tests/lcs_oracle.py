@@ -46,6 +46,7 @@ LCS_POLICIES: dict[str, Any] = {
     "lfu": lcs.LFU,
     "belady": lcs.Belady,
     "lecar": lcs.LeCaR,
+    "2q": lcs.TwoQ,
 }
 
 INT64_MAX = np.iinfo(np.int64).max
