@@ -811,3 +811,262 @@ class SAECache(PrefixPolicy):
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+
+class SAECacheSeed(SAECache):
+    """The seed's priority exactly (registered as ``saecache-seed``; ``saecache`` is the
+    engineered variant above, whose departures are listed in its docstring):
+
+        P(b) = α_q · w_τ(b) · p_q(b) / Δt_b
+
+    * w from the block's **own** token type τ(b) (the type its latest request gave it), not
+      the request's running arg-max;
+    * p_q for structural is ``1 − (o_b / o_max)^γ`` on the block's exact offset (blocks,
+      0-based; o_max = the largest offset seen so far, so p ∈ [0, 1]; o_max = 0 gives 1);
+      for chat/agentic the log-normal survival ``1 − F_LN(Δt; μ_q, σ_q)``; evict-first has
+      no p in the seed and is scored with p = 1 (the seed scores blocks "within each queue");
+    * no δ: **Δt = 0 is guarded as P = +∞** (the formula's limit as Δt → 0⁺ for a positive
+      numerator): a block touched at this very instant is evicted only after every block
+      with Δt > 0 in the same queue class; ties (equal P, including +∞ and 0) go to the
+      oldest touch first;
+    * routing as the seed states it: **decode-phase blocks → evict-first** (any session),
+      reasoning → evict-first, the rest as in :class:`SAECache`;
+    * the evict-first queue is emptied first, scored by the same P; structural/chat/agentic
+      compete on P (α_q makes them comparable, as in the seed).
+
+    The victim search is the grouped-LRU/heap of :class:`SAECache` with groups keyed by
+    (queue, τ, exact offset): P is non-increasing in Δt within a group, so each group's
+    least recently touched block is its minimum and only group heads are compared. The
+    learning loop is SAECache's (same statistics, same request boundaries); γ is fitted to
+    the seed's form ``reuse(o) = 1 − (o/o_max)^γ``. A rise of o_max moves every structural
+    p, so it bumps the parameter version (the heap is rebuilt at the next victim).
+    """
+
+    name = "saecache-seed"
+    _OM = 1 << 24  #: offsets per (queue, type) in a group id
+
+    def __init__(self, capacity_tokens: int, **kw: Any) -> None:
+        super().__init__(capacity_tokens, **kw)
+        from collections import defaultdict
+
+        self._groups = defaultdict(OrderedDict)  # type: ignore[assignment]
+        self._omax = max(0, int(self.state.o_max))
+        self._derive()
+
+    # -- factors ------------------------------------------------------------------------
+    def _derive(self) -> None:
+        super()._derive()
+        self._gc = {}
+
+    def _group_const(self, gid: int) -> float:
+        q, rest = divmod(gid, NT * self._OM)
+        t, o = divmod(rest, self._OM)
+        c = self._alpha[q] * self._w[t] if q else self._w[t]
+        if q == 1 and self.p.position:
+            om = getattr(self, "_omax", 0)
+            c *= 1.0 - (o / om) ** self.state.gamma if om > 0 else 1.0
+        self._gc[gid] = c
+        return c
+
+    def _prio(self, b: _Blk, now: float) -> float:
+        dt = now - b.last
+        if dt <= 0.0:
+            return math.inf
+        c = self._gc.get(b.gid)
+        if c is None:
+            c = self._group_const(b.gid)
+        q = b.q
+        if q > 1 and self._lognormal:
+            c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
+        return c / dt
+
+    def factors(self) -> dict[str, Any]:
+        """The parameters P uses right now (for a reference implementation to recompute P)."""
+        return {"alpha": [1.0] + list(self._alpha[1:]), "w": list(self._w), "mu": list(self._mu),
+                "sigma": list(self._sig), "gamma": self.state.gamma, "o_max": self._omax,
+                "lognormal": self._lognormal, "position": self.p.position}
+
+    def block_info(self, key: Key) -> tuple[int, int, int, float, int]:
+        """(queue, token type index, offset, last access, touch seq) of a resident block."""
+        b = self._blocks[key]
+        return b.q, b.tau, (b.gid % self._OM), b.last, b.seq
+
+    # -- routing and events -------------------------------------------------------------
+    def _seed_gid(self, b: _Blk, tau: int, i: int) -> tuple[int, int]:
+        decode = self._run_decode
+        if tau == REASONING or decode:
+            q = 0
+        elif b.shared:
+            q = 1
+        elif self._mq:
+            q = self._mq
+        elif tau in _STRUCTURE_TYPES:
+            q = 1
+        else:
+            q = 0
+        o = i if q == 1 else 0
+        if o > self._omax and q == 1:
+            self._omax = o  # every structural p moves: new parameter version
+            self._gc = {}
+            self._version += 1
+        return q, (q * NT + tau) * self._OM + o
+
+    def on_hit(self, key: Key, i: int, now: float) -> None:
+        b = self._blocks[key]
+        types = self._tcache
+        if types is None or self.view.decode != self._run_decode:
+            types = self._types()
+        if self._learn:
+            r = self._reuse
+            r[b.tau] += self._type_rate * (1.0 - r[b.tau])
+        if i < len(types):
+            b.tau = types[i]
+        if b.sid != self._sid:
+            b.shared = True
+            b.sid = self._sid
+        q, gid = self._seed_gid(b, b.tau, i)
+        self._seq += 1
+        b.seq = self._seq
+        b.last = now
+        if b.gid == gid and b.q == q:
+            self._groups[gid].move_to_end(key)
+        else:
+            self._move(b, q, gid, now)
+        if i < self._hb:
+            self._hit_now[q] += b.tokens
+        if q == 1 and self._pos_on:
+            ob = offset_bucket(i)
+            self._pos_acc[ob] += 1.0
+            self._pos_reuse[ob] += 1.0
+
+    def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
+        types = self._tcache
+        if types is None or self.view.decode != self._run_decode:
+            types = self._types()
+        tau = types[i] if i < len(types) else NT - 1
+        ghost = self._ghost.pop(key, None) if self._ghost else None
+        if ghost is not None and self._learn:
+            r = self._reuse
+            r[ghost] += self._type_rate * (1.0 - r[ghost])
+        self._seq += 1
+        b = _Blk(key, tokens, tau, self._sid, -1, 0, self._seq, now)
+        q, gid = self._seed_gid(b, tau, i)
+        self._blocks[key] = b
+        self._move(b, q, gid, now)
+        if q == 1 and self._pos_on and ghost is not None:
+            self._pos_reuse[offset_bucket(i)] += 1.0
+
+    def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
+        if b.q >= 0:
+            self._unplace(b)
+        b.q = q
+        b.gid = gid
+        g = self._groups[gid]
+        g[b.key] = b
+        self._res_tokens[q] += b.tokens
+        self._res_count[q] += 1
+        if len(g) == 1:
+            self._nonempty.add(gid)
+            if self._hnow == now and self._hver == self._version:
+                heapq.heappush(self._heap, (q > 0, self._prio(b, now), b.seq, gid))  # type: ignore[arg-type]
+
+    def _unplace(self, b: _Blk) -> None:
+        g = self._groups[b.gid]
+        del g[b.key]
+        self._res_tokens[b.q] -= b.tokens
+        self._res_count[b.q] -= 1
+        if not g:
+            self._nonempty.discard(b.gid)
+
+    def _rebuild(self, now: float) -> None:
+        heap = []
+        for gid in self._nonempty:
+            b = next(iter(self._groups[gid].values()))
+            heap.append((b.q > 0, self._prio(b, now), b.seq, gid))
+        heapq.heapify(heap)
+        self._heap = heap  # type: ignore[assignment]
+        self._hnow = now
+        self._hver = self._version
+
+    def victim(self, now: float) -> Key:
+        if now != self._hnow or self._version != self._hver:
+            self._rebuild(now)
+        heap = self._heap
+        while heap:
+            _, _, seq, gid = heap[0]  # type: ignore[misc]
+            g = self._groups[gid]
+            if not g:
+                heapq.heappop(heap)
+                continue
+            b = next(iter(g.values()))
+            if b.seq != seq:  # stale head
+                heapq.heapreplace(heap, (b.q > 0, self._prio(b, now), b.seq, gid))  # type: ignore[arg-type]
+                continue
+            self._unplace(b)
+            if g:
+                nb = next(iter(g.values()))
+                heapq.heapreplace(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid))  # type: ignore[arg-type]
+            else:
+                heapq.heappop(heap)
+            break
+        else:
+            raise LookupError("victim() on an empty SAECache")
+        key = b.key
+        del self._blocks[key]
+        self._forgotten(b)
+        return key
+
+    def _forgotten(self, b: _Blk) -> None:
+        if self._learn:
+            r = self._reuse
+            r[b.tau] -= self._type_rate * r[b.tau]
+            if b.q == 1:
+                self._pos_acc[offset_bucket(b.gid % self._OM)] += 1.0
+        ghost = self._ghost
+        ghost[b.key] = b.tau
+        while len(ghost) > self._ghost_limit:
+            ghost.popitem(last=False)
+
+    def forget(self, key: Key) -> None:
+        b = self._blocks.pop(key, None)
+        if b is None:
+            return
+        self._unplace(b)
+        self._forgotten(b)
+
+    def order(self, now: float) -> Iterator[Key]:
+        heap: list[tuple[bool, float, int, int, _Blk]] = []
+        iters: dict[int, Iterator[_Blk]] = {}
+        for gid in self._nonempty:
+            it = iter(self._groups[gid].values())
+            b = next(it)
+            iters[gid] = it
+            heap.append((b.q > 0, self._prio(b, now), b.seq, gid, b))
+        heapq.heapify(heap)
+        while heap:
+            _, _, _, gid, b = heapq.heappop(heap)
+            yield b.key
+            nb = next(iters[gid], None)
+            if nb is not None:
+                heapq.heappush(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid, nb))
+
+    def _learn_boundary(self) -> None:
+        st = self.state
+        st.o_max = self._omax
+        # the base fits γ to 1 − ((o+1)/(o_max+2))^γ on bucket starts; the seed's form is
+        # 1 − (o/o_max)^γ: refit below after the base's update (which also calls _derive)
+        g_before = st.gamma
+        super()._learn_boundary()
+        st.gamma = g_before
+        if self._requests % self.p.gamma_every < self.p.update_every and self._omax > 0:
+            offs, reuse = [], []
+            for b in range(1, NB):  # offset 0 has log(0/o_max) = −∞: not a usable point
+                o = bucket_start(b)
+                if self._pos_acc[b] >= 20 and o <= self._omax:
+                    offs.append(float(o - 1))  # fit_gamma's (o'+1)/(o_max'+2) = o/o_max
+                    reuse.append(self._pos_reuse[b] / self._pos_acc[b])
+            g = fit_gamma(offs, reuse, float(self._omax - 2))
+            if g is not None:
+                st.gamma = min(10.0, max(0.1, g))
+        st.o_max = self._omax
+        self._derive()
