@@ -47,6 +47,7 @@ LCS_POLICIES: dict[str, Any] = {
     "belady": lcs.Belady,
     "lecar": lcs.LeCaR,
     "2q": lcs.TwoQ,
+    "gdsf": lcs.GDSF,
 }
 
 INT64_MAX = np.iinfo(np.int64).max

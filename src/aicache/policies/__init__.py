@@ -28,6 +28,7 @@ EVICTION.register("lecar", f"{_E}.lecar:LeCaR", "regret-minimising LRU/LFU mix")
 EVICTION.register("sieve", f"{_E}.sieve:Sieve", "SIEVE (NSDI'24)")
 EVICTION.register("s3fifo", f"{_E}.s3fifo:S3FIFO", "S3-FIFO (SOSP'23)")
 EVICTION.register("2q", f"{_E}.twoq:TwoQ", "2Q: FIFO A1in, ghost A1out, LRU Am (VLDB'94)")
+EVICTION.register("gdsf", f"{_E}.gdsf:GDSF", "Greedy-Dual-Size-Frequency, libcachesim's order (may bypass)")
 EVICTION.register("belady", f"{_E}.belady:Belady", "offline optimum from next-access times")
 EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no eviction: refuse inserts when full")
 
