@@ -27,6 +27,7 @@ EXPERIMENTS.register("saecache-capacity", "aicache.experiments.saecache:Capacity
 EXPERIMENTS.register("saecache-mismatch", "aicache.experiments.saecache:Mismatch", "SAECache: fixed vs online parameters under mismatch")
 EXPERIMENTS.register("saecache-ablation", "aicache.experiments.saecache:Ablation", "SAECache: each priority factor off")
 EXPERIMENTS.register("saecache-overhead", "aicache.experiments.saecache:Overhead", "SAECache: per-decision cost vs LRU")
+EXPERIMENTS.register("saecache-mooncake", "aicache.experiments.saecache:MooncakeTrace", "SAECache: CHR vs capacity on the shipped Mooncake trace")
 EXPERIMENTS.register("saria-saecache", "aicache.experiments.saecache:SariaSAECache", "SARIA + SAECache vs SARIA + LRU DRAM order (agent)")
 
 __all__ = ["EXPERIMENTS", "Experiment"]
