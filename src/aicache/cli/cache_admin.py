@@ -4,8 +4,15 @@ Works on a directory an engine (mount, fsspec filesystem) created, while engines
 ``verify`` and ``clear`` take the store's lock, so concurrent readers stay safe. A damaged
 directory still opens: a corrupt or missing index is rebuilt from the block headers, and
 ``clear`` first removes entries of the wrong type (``blocks/`` a file, ``lock`` a directory).
+``stats`` also sums the counters every engine (mount, fsspec filesystem, any process) keeps
+under the directory (:mod:`aicache.datacache.counters`): hits, misses, hit ratio, bytes served
+from the cache and fetched from the remote, prefetches, evictions. ``stats --watch [SECONDS]``
+prints, every SECONDS (1 by default), the rates of the last interval (as ``juicefs stats``);
+engines write their counters once a second, so rates are exact over longer intervals.
 JSON keys: ``stats`` → ``cache_dir, blocks, used_bytes, capacity_bytes, block_size,
-checksum``; ``verify`` → ``cache_dir, checked, bad, misplaced, missing, orphans, removed, clean``
+checksum, hits, misses, hit_ratio, hit_bytes, remote_bytes, prefetch_issued, evictions`` (and
+the other counters of ``counters.PERSISTED``), ``live_engines``; ``--watch --json``: one object
+per interval, keys as in :data:`WATCH_KEYS`; ``verify`` → ``cache_dir, checked, bad, misplaced, missing, orphans, removed, clean``
 (``misplaced``: valid blocks whose header names another block); ``clear`` → ``cache_dir,
 removed, repaired`` (the wrong-type entries it removed).
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aicache.errors import BadInput
@@ -26,23 +34,99 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("action", choices=["stats", "verify", "clear"])
     p.add_argument("--cache-dir", required=True, help="the cache directory")
     p.add_argument("--no-clean", action="store_true", help="verify: report only, drop nothing")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--watch", nargs="?", type=_interval, const=1.0, default=None, metavar="SECONDS",
+                   help="stats: print the last interval's rates every SECONDS (default 1) "
+                   "until Ctrl-C")
+    p.add_argument("--count", type=int, default=0, metavar="N",
+                   help="stats --watch: stop after N intervals (0: until Ctrl-C)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout "
+                   "(--watch: one per interval)")
     return p
+
+
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"--watch {text!r}: give a positive number of seconds, "
+                                         "e.g. --watch 2")
+    return v
+
+
+#: one row of ``stats --watch``: per-second rates over the last interval
+WATCH_KEYS = ("interval_s", "hits_per_s", "misses_per_s", "hit_ratio", "hit_MBps", "remote_MBps",
+              "prefetch_per_s", "evictions_per_s")
+
+
+def watch_rows(read: Callable[[], Mapping[str, float]], sleep: Callable[[float], None],
+               interval: float, count: int = 0) -> Iterator[dict[str, float | None]]:
+    """Rows of ``stats --watch``: after each ``sleep(interval)``, the counters' change
+    since the previous read divided by ``interval`` (``hit_ratio``: of that interval's
+    demand reads; None when there were none). ``count`` > 0 stops after that many rows."""
+    prev = dict(read())
+    n = 0
+    while count <= 0 or n < count:
+        sleep(interval)
+        cur = dict(read())
+        d = {k: cur.get(k, 0.0) - prev.get(k, 0.0) for k in cur}
+        reads = d["hits"] + d["misses"]
+        yield {"interval_s": interval, "hits_per_s": d["hits"] / interval,
+               "misses_per_s": d["misses"] / interval,
+               "hit_ratio": d["hits"] / reads if reads else None,
+               "hit_MBps": d["hit_bytes"] / interval / 1e6,
+               "remote_MBps": d["remote_bytes"] / interval / 1e6,
+               "prefetch_per_s": d["prefetch_issued"] / interval,
+               "evictions_per_s": d["evictions"] / interval}
+        prev = cur
+        n += 1
+
+
+def _watch(args: argparse.Namespace) -> int:
+    import time
+
+    from aicache.cli.output import dumps
+    from aicache.datacache.counters import read_totals
+
+    def read() -> Mapping[str, float]:
+        return read_totals(args.cache_dir).values
+
+    if not args.json:
+        print(" ".join(f"{k:>15}" for k in WATCH_KEYS), flush=True)
+    try:
+        for row in watch_rows(read, time.sleep, args.watch, args.count):
+            if args.json:
+                print(dumps(row), flush=True)
+            else:
+                print(" ".join(f"{'-' if row[k] is None else f'{row[k]:.3f}':>15}"
+                               for k in WATCH_KEYS), flush=True)
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from aicache.cli.output import emit
+    from aicache.datacache.counters import read_totals
     from aicache.datacache.store import BlockStore
 
     check_cache_dir(args.cache_dir, clearing=args.action == "clear")
+    if args.watch is not None or args.count:
+        if args.action != "stats" or args.watch is None:
+            raise BadInput("--watch/--count go with `aicache cache stats --watch [SECONDS]`")
+        BlockStore.open_existing(args.cache_dir).close()  # refuse what is not a cache
+        return _watch(args)
     repaired = BlockStore.repair_layout(args.cache_dir) if args.action == "clear" else []
     store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
     try:
         out: dict[str, Any]
         if args.action == "stats":
-            out = asdict(store.stats())
+            totals = read_totals(store.cache_dir)
+            out = {**asdict(store.stats()), **totals.values, "hit_ratio": totals.hit_ratio,
+                   "live_engines": totals.live}
         elif args.action == "verify":
             res = store.verify(clean=not args.no_clean)
             out = {"cache_dir": store.cache_dir, **asdict(res),

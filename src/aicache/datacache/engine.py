@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aicache.adaptive.system import DataCacheSystem
+from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy import AccessResult, LocalPolicy
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
-from aicache.datacache.store import DEFAULT_CACHE_MODE, BlockKey, StoreFull, open_store
+from aicache.datacache.store import DEFAULT_CACHE_MODE, BlockKey, StoreFull, UncachedStore, open_store
 from aicache.datacache.version import VersionGone, VersionScheme, scheme_for
 from aicache.errors import BadInput
 
@@ -110,6 +111,9 @@ class EngineParams:
     #: longest wait for one answer of the policy daemon (``daemon=True``); past it the
     #: process decides locally and reconnects later — see :mod:`aicache.datacache.daemon`
     daemon_timeout_s: float = 1.0
+    #: how often this engine's counters are written under the cache dir (and at close) for
+    #: ``aicache cache stats``; 0: only at close — see :mod:`aicache.datacache.counters`
+    stats_interval_s: float = 1.0
 
 
 def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
@@ -263,6 +267,17 @@ class CacheEngine:
         self._enospc_warned = False
         self._policy_warned = False
         self._closed = False
+        #: this engine's counters, persisted under the cache dir for ``aicache cache stats``
+        self.counters: CounterFile | None = None
+        if not isinstance(self.store, UncachedStore):
+            try:
+                self.counters = CounterFile(self.store.cache_dir, self._counter_values,
+                                            interval_s=p.stats_interval_s, mode=self.store.file_mode)
+            except OSError as exc:
+                log.warning("aicache: statistics of %s not persisted (%s)", cache_dir, exc)
+
+    def _counter_values(self) -> dict[str, float]:
+        return {k: self.metrics.value(k) for k in PERSISTED}
 
     @property
     def system(self) -> DataCacheSystem:
@@ -523,7 +538,11 @@ class CacheEngine:
         if prefetch:  # before our own fetch, so that both go to the remote together
             self._schedule(prefetch)
         if data is not None:
-            (self.metrics.hits if (local or hit) else self.metrics.misses).inc()
+            if local or hit:
+                self.metrics.hits.inc()
+                self.metrics.hit_bytes.inc(len(data))
+            else:
+                self.metrics.misses.inc()
         else:
             self.metrics.misses.inc()
             if not leader:  # the prefetch we waited on failed: fetch it ourselves
@@ -571,6 +590,7 @@ class CacheEngine:
         if acc.prefetch:
             self._schedule(acc.prefetch)
         self.metrics.hits.inc()
+        self.metrics.hit_bytes.inc(size)
 
     def _fetch_and_store(self, meta: FileMeta, idx: int, bid: int, unit: str, key: BlockKey,
                          flight: _Flight, prefetched: bool) -> bytes:
@@ -775,7 +795,7 @@ class CacheEngine:
     def stats(self) -> dict[str, Any]:
         st = self.store.stats()
         out = {k: self.metrics.value(k) for k in (
-            "hits", "misses", "remote_bytes", "prefetch_issued", "prefetch_used",
+            "hits", "misses", "hit_bytes", "remote_bytes", "prefetch_issued", "prefetch_used",
             "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
             "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone")}
         out.update(blocks=st.blocks, used_bytes=st.used_bytes, capacity_bytes=st.capacity_bytes,
@@ -789,6 +809,8 @@ class CacheEngine:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._io_pool is not None:
             self._io_pool.shutdown(wait=False, cancel_futures=True)
+        if self.counters is not None:
+            self.counters.close()
         try:
             self.policy.close()
         finally:

@@ -105,6 +105,7 @@ class EngineMetrics:
 
         self.hits = c("hits", "demand block reads served from the cache")
         self.misses = c("misses", "demand block reads fetched from the remote")
+        self.hit_bytes = c("hit_bytes", "bytes of the blocks that demand hits served from the cache")
         self.remote_bytes = c("remote_bytes", "bytes fetched from the remote store")
         self.prefetch_issued = c("prefetch_issued", "background block fetches started")
         self.prefetch_used = c("prefetch_used", "prefetched blocks later read by demand")
