@@ -193,7 +193,7 @@ def test_failing_cell_is_recorded_others_kept_exit_1_and_retried(
     # the unmet goal is flagged, the published numbers sit beside ours
     assert re.search(r"<tr class='goal-not'><td class='t'>all cells succeed</td><td class='t'>4/5</td>"
                      r"<td class='t'><span class='badge not'>not met</span>", html)
-    assert "Published (seed)" in html and "y (paper)" in html
+    assert "Published (paper)" in html and "y (paper)" in html
     assert re.search(r"<tr class='goal-na'><td class='t'>needs x = 9</td>.*?not evaluated", html)
     # a rerun retries only the failed cell
     res = run_experiment(flaky, out=tmp_path, workers=2, progress=False)

@@ -5,6 +5,12 @@ Every chart takes the runner's rows (dicts) and the column names to plot; rows t
 seed sweep needs no plotting code of its own. Order follows first appearance in ``rows``
 (the experiment's cell order), except that an all-numeric ``x`` is sorted.
 
+A hue value keeps one colour in every chart of a process (:func:`colour`, first come first
+served over a fixed palette, this project's systems first), so ``chiron`` is the same colour in
+neighbouring charts; this project's own systems (:data:`OURS`) are drawn with a black edge and
+``(ours)`` in the legend. A bar chart whose bars span more than :data:`LOG_SPAN` switches to a
+log axis and says so in its title, so one huge bar does not flatten the others.
+
 Matplotlib is used through ``Figure`` + the Agg canvas directly, never ``pyplot``: no
 global figure state, no GUI backend, safe in worker processes and threads.
 """
@@ -51,6 +57,40 @@ def aggregate(
             for k in xs
         ]
     return out
+
+
+#: tab10 then tab20's light shades: distinct colours, assigned in first-use order
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+           "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+#: this project's systems: fixed colours, a black edge, "(ours)" in legends
+OURS = ("chiron", "saria", "saecache")
+LOG_SPAN = 100.0
+_colours: dict[str, str] = {name: PALETTE[i] for i, name in enumerate(OURS)}
+
+
+def colour(label: object) -> str:
+    """The colour of a hue value, the same in every chart of this process."""
+    key = str(label)
+    c = _colours.get(key)
+    if c is None:
+        c = PALETTE[len(_colours) % len(PALETTE)]
+        _colours[key] = c
+    return c
+
+
+def is_ours(label: object) -> bool:
+    return str(label).lower().split("+")[0].split("(")[0].strip() in OURS
+
+
+def legend_label(label: object) -> str:
+    return f"{label} (ours)" if is_ours(label) else str(label)
+
+
+def needs_log(values: Sequence[float]) -> bool:
+    """True when positive bars span more than :data:`LOG_SPAN` (a linear axis would
+    flatten all but the largest)."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > LOG_SPAN
 
 
 def _new_figure(width: float = 6.4, height: float = 4.0) -> Any:
@@ -103,12 +143,15 @@ def line_chart(
     for h, pts in data.items():
         xs = [ticks.index(p.x) if categorical else p.x for p in pts]
         means = [p.mean for p in pts]
-        label = None if hue is None else str(h)
+        label = None if hue is None else legend_label(h)
+        style: dict[str, Any] = {} if hue is None else {"color": colour(h)}
+        if hue is not None and is_ours(h):
+            style["linewidth"] = 2.2
         if any(p.n > 1 for p in pts):
             err = [[p.mean - p.lo for p in pts], [p.hi - p.mean for p in pts]]
-            ax.errorbar(xs, means, yerr=err, marker="o", markersize=3, capsize=2, label=label)
+            ax.errorbar(xs, means, yerr=err, marker="o", markersize=3, capsize=2, label=label, **style)
         else:
-            ax.plot(xs, means, marker="o", markersize=3, label=label)
+            ax.plot(xs, means, marker="o", markersize=3, label=label, **style)
     if categorical:
         ax.set_xticks(range(len(ticks)))
         ax.set_xticklabels([str(t) for t in ticks])
@@ -158,8 +201,16 @@ def bar_chart(
         err = None
         if any(p.n > 1 for p in pts):
             err = [[p.mean - p.lo for p in pts], [p.hi - p.mean for p in pts]]
+        style: dict[str, Any] = {}
+        if hue is not None:
+            style["color"] = colour(h)
+            if is_ours(h):
+                style.update(edgecolor="black", linewidth=1.2)
         ax.bar(pos, means, width=width, yerr=err, capsize=2,
-               label=None if hue is None else str(h))
+               label=None if hue is None else legend_label(h), **style)
+    if needs_log([p.mean for pts in data.values() for p in pts]):
+        ax.set_yscale("log")
+        title = f"{title} (log scale)" if title else "(log scale)"
     ax.set_xticks(range(len(xs)))
     ax.set_xticklabels([str(v) for v in xs], rotation=30 if len(xs) > 6 else 0)
     ax.set_xlabel(xlabel or x)
@@ -171,4 +222,4 @@ def bar_chart(
     return _save(fig, path)
 
 
-__all__ = ["Point", "aggregate", "bar_chart", "line_chart"]
+__all__ = ["OURS", "Point", "aggregate", "bar_chart", "colour", "line_chart", "needs_log"]

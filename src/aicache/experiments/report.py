@@ -79,7 +79,8 @@ th{background:#f3f3f3}td.t,th.t{text-align:left}
 figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}
 figure img{max-width:560px;width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#444;max-width:560px}
 .err{background:#fbe1e1;border:1px solid #c62828;padding:.5em;white-space:pre-wrap;font-family:monospace;font-size:.8em}
-.missing{color:#c62828}
+.missing{color:#c62828}.quick{background:#fff6db;border:1px solid #e0c060;padding:.4em .6em}
+.scroll{overflow-x:auto;max-width:100%}
 """
 
 
@@ -93,6 +94,10 @@ def fmt(v: Any) -> str:
         if v != v:
             return "nan"
         return f"{v:.4g}" if v == 0 or 1e-4 <= abs(v) < 1e6 else f"{v:.3e}"
+    if isinstance(v, Mapping):  # e.g. a cell filter or a failed cell's params: no Python repr
+        return ", ".join(f"{k}={fmt(x)}" for k, x in v.items()) or "–"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt(x) for x in v)
     return str(v)
 
 
@@ -114,7 +119,9 @@ def table_html(rows: Sequence[Mapping[str, Any]]) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td class='{'' if numeric[c] else 't'}'>{_e(r.get(c))}</td>" for c in cols)
         + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # a wide table scrolls inside its box instead of widening the page
+    return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            "</table></div>")
 
 
 def _table_block(t: Table) -> str:
@@ -180,6 +187,10 @@ def _section_html(rs: RenderedSection, report_dir: Path) -> str:
     if rs.section and rs.section.description:
         parts.append(f"<p>{html.escape(rs.section.description)}</p>")
     parts.append(_meta_html(rs.meta, rs.rows))
+    if rs.meta.get("quick"):
+        parts.append("<p class='quick'><b>Quick run.</b> These cells are the quick grid (fewer "
+                     "and smaller cells than the paper's); the goals below are checked on it but "
+                     "do not test the paper's claims. Run without <code>--quick</code> for that.</p>")
     if rs.error:
         parts.append(f"<div class='err'>report failed: {html.escape(rs.error)}</div>")
     sec = rs.section
@@ -189,7 +200,7 @@ def _section_html(rs: RenderedSection, report_dir: Path) -> str:
         ours = "".join(_table_block(t) for t in sec.tables)
         if sec.published:
             parts.append(f"<div class='side'><div><h3>Ours</h3>{ours}</div>"
-                         f"<div><h3>Published (seed)</h3>{table_html(sec.published)}</div></div>")
+                         f"<div><h3>Published (paper)</h3>{table_html(sec.published)}</div></div>")
         else:
             parts.append(ours)
     if rs.failed_rows:

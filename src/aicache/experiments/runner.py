@@ -481,7 +481,15 @@ def run_experiment(
     with _exclusive(exp_dir):
         stored = store.load(repair=True)
         if stored_only:
-            keys = [k for k in keys if k in stored and "_error" not in stored[k]]
+            got = [k for k in keys if k in stored and "_error" not in stored[k]]
+            if not got:
+                # nothing of this grid is stored: report the other grid's stored cells (a
+                # quick run reported without --quick) instead of an empty section
+                other = [cell_key(name, p) for p in select_cells(exp.cells(not quick), select)]
+                got = [k for k in other if k in stored and "_error" not in stored[k]]
+                if got:
+                    quick = not quick
+            keys = got
             todo: list[tuple[str, Mapping[str, Any]]] = []
         else:
             todo = [(k, p) for k, p in zip(keys, cells)
