@@ -19,6 +19,18 @@ if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep 
   fi
 fi
 
+# llama-cpp-python (the llm extra, in test) ships only an sdist: pip compiles it with cmake
+# and a C/C++ compiler.
+if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",llm,"* ]] && { ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing cmake build-essential (apt-get)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake build-essential >/dev/null) \
+      || echo "setup: warning: could not install cmake/build-essential; llama-cpp-python will not build" >&2
+  else
+    echo "setup: warning: cmake or g++ missing and not root; run: sudo apt-get install cmake build-essential" >&2
+  fi
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv" >&2

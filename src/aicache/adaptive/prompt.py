@@ -90,9 +90,44 @@ percentage); use a low c when unsure, since a low-confidence answer is not acted
 SYSTEM_PROMPT = _TASK + "\n" + _INPUT_WITH_STATS + "\n" + _OUTPUT
 SYSTEM_PROMPT_NO_STATS = _TASK + "\n" + _INPUT_NO_STATS + "\n" + _OUTPUT
 
+#: The seed's system prompt, verbatim from its appendix A (the PDF extraction's stray space
+#: in '" skewed"' removed). The seed has one prompt for both statistics settings; its
+#: runtime prompt has the same three labelled parts as ours.
+SEED_SYSTEM_PROMPT = (
+    'Classify an ordered block-ID sequence as exactly one pattern: "sequential", "random", or '
+    '"skewed". Definitions: - sequential: ordered traversal or a stable stride; it need not use '
+    "only \u00b11 steps. - random: broadly dispersed accesses without stable order or concentrated "
+    "reuse. - skewed: repeated accesses concentrated on a comparatively small subset of IDs. Use "
+    "access sequence and structured statistics jointly to assess the candidate patterns; no single "
+    "statistic is a mandatory classification rule. Compare full-window and tail-window statistics "
+    "to distinguish recent behavior from older accesses during a phase transition. Use review "
+    "context to identify the reason for review, the previous diagnosis, and potentially outdated "
+    "accesses. Treat this context as a reason to reconsider the diagnosis, not as evidence for a "
+    "pattern, and do not assume the previous diagnosis remains correct. Normalize confidence to a "
+    "score between 0 and 1 inclusive, not a percentage. The confidence score expresses a model "
+    "judgment, not a calibrated probability. r is optional debugging output. Return only valid "
+    'JSON: {"p":"sequential|random|skewed","c":<number from 0 to 1>,"r":"optional debug reason"}'
+)
 
-def system_prompt(include_stats: bool = True) -> str:
-    """The fixed system prompt; the "statistics off" ablation drops part 2 and its guide."""
+#: ``--prompt`` choices: ours (the default) and the seed's verbatim system prompt.
+PROMPTS = ("aicache", "seed")
+DEFAULT_PROMPT = "aicache"
+
+
+def check_prompt(prompt: str) -> str:
+    """``prompt`` if it names a system prompt, else :class:`BadInput` naming the choices."""
+    if prompt not in PROMPTS:
+        from aicache.errors import BadInput
+
+        raise BadInput(f"prompt {prompt!r} is not one of {', '.join(PROMPTS)}; pick --prompt seed or --prompt aicache")
+    return prompt
+
+
+def system_prompt(include_stats: bool = True, prompt: str = DEFAULT_PROMPT) -> str:
+    """The fixed system prompt; the "statistics off" ablation drops part 2 and its guide
+    from ours (the seed's prompt is the same either way)."""
+    if check_prompt(prompt) == "seed":
+        return SEED_SYSTEM_PROMPT
     return SYSTEM_PROMPT if include_stats else SYSTEM_PROMPT_NO_STATS
 
 
@@ -120,16 +155,32 @@ def build_runtime_prompt(request: DiagnosisRequest, include_stats: bool = True) 
     return "\n".join(parts)
 
 
-def prompts_for(request: DiagnosisRequest, include_stats: bool = True) -> tuple[str, str]:
+def prompts_for(request: DiagnosisRequest, include_stats: bool = True,
+                prompt: str = DEFAULT_PROMPT) -> tuple[str, str]:
     """(system prompt, runtime prompt) as an LLM advisor sends them. A request with an empty
     ``stats`` mapping is the "statistics off" ablation: both prompts then omit statistics."""
     use = include_stats and bool(request.stats)
-    return system_prompt(use), build_runtime_prompt(request, use)
+    return system_prompt(use, prompt), build_runtime_prompt(request, use)
 
 
 def prompt_key(system: str, runtime: str) -> str:
     """Transcript key of one exchange: ``sha256(system_prompt + runtime_prompt)``."""
     return hashlib.sha256((system + runtime).encode("utf-8")).hexdigest()
+
+
+#: The advice format as a JSON schema, for servers with structured output (the grammar then
+#: admits nothing else). ``r`` is left out: it is optional debugging output in the seed, and
+#: every token of it is generation time; ``c``'s range is checked by :func:`parse_advice`
+#: because not every server's schema compiler enforces ``minimum``/``maximum``.
+ADVICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "p": {"type": "string", "enum": list(PATTERNS)},
+        "c": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "required": ["p", "c"],
+    "additionalProperties": False,
+}
 
 
 def _strip_fence(text: str) -> str:

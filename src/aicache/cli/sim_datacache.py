@@ -27,6 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="e.g. 1GiB or 25%% of the dataset (default: the workload's seed budget)")
     p.add_argument("--advisor", default="statistical", metavar="SPEC",
                    help="chiron's advisor: statistical (default), openai, oracle, noisy:P, replay:FILE, record:FILE")
+    p.add_argument("--prompt", default=None, choices=("aicache", "seed"),
+                   help="system prompt of an LLM advisor: aicache (ours, default) or seed (the seed's verbatim)")
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,
@@ -49,8 +51,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         wl = workload_from_trace(args.trace, workers=args.workers, fmt=args.format)
     bw = None if args.remote_mibps is None else args.remote_mibps * (1 << 20)
+    advisor = args.advisor
+    if args.prompt is not None:
+        from aicache.adaptive.advisor.registry import make_advisor
+
+        base = advisor.split(":", 1)[0]
+        record_inner = advisor.split(":", 2)[2] if base == "record" and advisor.count(":") >= 2 else "openai"
+        if base not in ("openai", "record") or record_inner.split(":", 1)[0] != "openai":
+            raise BadInput(f"--prompt applies to the openai advisor (or record:FILE over it), not {advisor!r}; "
+                           "a replay uses the prompt its transcript was recorded with")
+        advisor = make_advisor(advisor, seed=args.seed, prompt=args.prompt)
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
-                             miss_ms=args.miss_ms, remote_bw=bw, advisor=args.advisor, seed=args.seed)
+                             miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed)
     d = res.to_dict()
     if args.trace is not None:
         from aicache.traces.io import detect_format

@@ -10,6 +10,20 @@ harness already retries on its own schedule, and a retry storm inside one diagno
 only make its snapshot staler. Every failure — connection, timeout, HTTP status, malformed
 or out-of-range answer — is *no advice*, counted by kind in ``counters.errors``; tokens
 reported by the endpoint are counted even when the answer is unusable (they were paid for).
+
+Structured output (``structured``): ``json_schema`` is OpenAI's and vLLM's
+``response_format``; ``json_object`` is the ``{"type": "json_object", "schema": ...}`` form
+of llama.cpp's servers; ``grammar`` sends a GBNF grammar (llama.cpp) that admits exactly
+``{"p":"<pattern>","c":<0..1, two decimals>}``, so a small model can neither ramble nor
+run past ``max_tokens`` mid-number; ``off`` sends none. ``auto`` (the default) tries
+``json_schema``, then ``json_object``, then none, moving on only when the server rejects
+the ``response_format`` itself, and keeps the first form it accepts. The answer is parsed
+the same way in every mode: structure narrows what a model can say, the parser still
+decides what counts as advice.
+
+``system_role=False`` sends the system prompt at the top of the user turn instead of as a
+system message — what Gemma's own chat template does (it has no system role), for servers
+whose Gemma chat format drops system messages.
 """
 
 from __future__ import annotations
@@ -20,11 +34,41 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
-from aicache.adaptive.prompt import parse_advice, prompts_for
+from aicache.adaptive.prompt import ADVICE_SCHEMA, DEFAULT_PROMPT, check_prompt, parse_advice, prompts_for
 from aicache.errors import BadInput
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_TOKENS = 256
+STRUCTURED_MODES = ("auto", "json_schema", "json_object", "grammar", "off")
+#: ``auto``'s order of attempts.
+_AUTO_ORDER = ("json_schema", "json_object", "off")
+
+#: GBNF of the advice: a known pattern and a confidence in [0, 1] with at most two decimals.
+ADVICE_GRAMMAR = r"""root ::= "{\"p\":\"" pat "\",\"c\":" num "}"
+pat ::= "sequential" | "random" | "skewed"
+num ::= "0" ("." [0-9] [0-9]?)? | "1" (".0")?
+"""
+
+
+def _response_options(mode: str) -> dict[str, Any]:
+    """Request options of one structured-output mode."""
+    if mode == "json_schema":
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "advice", "strict": True, "schema": ADVICE_SCHEMA}}}
+    if mode == "json_object":
+        return {"response_format": {"type": "json_object", "schema": ADVICE_SCHEMA}}
+    if mode == "grammar":
+        return {"extra_body": {"grammar": ADVICE_GRAMMAR}}
+    return {}
+
+
+def _rejects_format(exc: BaseException) -> bool:
+    """The server refused the request because of its ``response_format`` (so another form
+    may work), not for any other reason."""
+    import openai
+
+    return isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422, 500) \
+        and "response_format" in str(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +140,9 @@ class OpenAIAdvisor(Advisor):
         temperature: float | None = 0.0,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         extra_body: dict[str, Any] | None = None,
+        prompt: str | None = None,
+        structured: str | None = None,
+        system_role: bool | None = None,
     ) -> None:
         super().__init__()
         self.model = model or os.environ.get("AICACHE_OPENAI_MODEL", "")
@@ -109,6 +156,16 @@ class OpenAIAdvisor(Advisor):
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = extra_body
+        self.prompt = check_prompt(prompt or os.environ.get("AICACHE_OPENAI_PROMPT") or DEFAULT_PROMPT)
+        mode = structured or os.environ.get("AICACHE_OPENAI_STRUCTURED") or "auto"
+        if mode not in STRUCTURED_MODES:
+            raise BadInput(f"openai advisor structured={mode!r} is not one of {', '.join(STRUCTURED_MODES)}")
+        self.structured = mode
+        #: the structured form in use (``auto`` settles on one at the first accepted call)
+        self._modes: tuple[str, ...] = _AUTO_ORDER if mode == "auto" else (mode,)
+        if system_role is None:
+            system_role = os.environ.get("AICACHE_OPENAI_SYSTEM_ROLE", "1") not in ("0", "false", "no")
+        self.system_role = system_role
         import openai
 
         self._client = openai.OpenAI(
@@ -121,7 +178,36 @@ class OpenAIAdvisor(Advisor):
 
     def prompts(self, request: DiagnosisRequest) -> tuple[str, str]:
         """Statistics are sent unless ``include_stats`` is off or the request carries none."""
-        return prompts_for(request, self.include_stats)
+        return prompts_for(request, self.include_stats, self.prompt)
+
+    def messages(self, system: str, runtime: str) -> list[dict[str, str]]:
+        """The chat messages of one exchange (see ``system_role``)."""
+        if self.system_role:
+            return [{"role": "system", "content": system}, {"role": "user", "content": runtime}]
+        return [{"role": "user", "content": system + "\n\n" + runtime}]
+
+    def _create(self, messages: list[dict[str, str]], options: dict[str, Any]) -> Any:
+        """One request, trying the structured forms still in ``_modes`` in order."""
+        while True:
+            mode = self._modes[0]
+            opts = dict(options)
+            extra = dict(self.extra_body or {})
+            for k, v in _response_options(mode).items():
+                if k == "extra_body":
+                    extra.update(v)
+                else:
+                    opts[k] = v
+            if extra:
+                opts["extra_body"] = extra
+            try:
+                resp = self._client.chat.completions.create(model=self.model, messages=messages, **opts)
+            except Exception as exc:
+                if len(self._modes) > 1 and _rejects_format(exc):
+                    self._modes = self._modes[1:]
+                    continue
+                raise
+            self._modes = (mode,)
+            return resp
 
     def complete(self, request: DiagnosisRequest) -> RawReply:
         """One chat-completions exchange; never raises (failures are in ``error``)."""
@@ -133,13 +219,7 @@ class OpenAIAdvisor(Advisor):
                 options["temperature"] = self.temperature
             if self.max_tokens is not None:
                 options["max_tokens"] = self.max_tokens
-            if self.extra_body:
-                options["extra_body"] = self.extra_body
-            resp = self._client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": runtime}],
-                **options,
-            )
+            resp = self._create(self.messages(system, runtime), options)
         except Exception as exc:
             return RawReply(system, runtime, None, {}, time.perf_counter() - t0, _error_kind(exc))
         latency = time.perf_counter() - t0

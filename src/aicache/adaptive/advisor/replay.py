@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
 from aicache.adaptive.advisor.openai_advisor import RawReply, advice_from_reply
-from aicache.adaptive.prompt import format_advice, prompt_key, prompts_for
+from aicache.adaptive.prompt import DEFAULT_PROMPT, check_prompt, format_advice, prompt_key, prompts_for
 from aicache.errors import BadInput
 
 TRANSCRIPT_FORMAT = 1
@@ -68,6 +68,7 @@ class RecordingAdvisor(Advisor):
                 "format": TRANSCRIPT_FORMAT,
                 "advisor": inner.name,
                 "include_stats": bool(getattr(inner, "include_stats", True)),
+                "prompt": str(getattr(inner, "prompt", DEFAULT_PROMPT)),
                 "expected_latency_s": inner.expected_latency_s,
             }
             self._write({"meta": meta})
@@ -153,10 +154,14 @@ class ReplayAdvisor(Advisor):
                 raise BadInput(f"replay:{path}: line {no} has no key; re-record the transcript")
             self._entries[obj["key"]].append(obj)
         self.include_stats = bool(self.meta.get("include_stats", True))
+        try:
+            self.prompt = check_prompt(str(self.meta.get("prompt", DEFAULT_PROMPT)))
+        except BadInput:
+            raise BadInput(f"replay:{path}: the transcript names an unknown prompt; re-record it") from None
         self.expected_latency_s = float(self.meta.get("expected_latency_s", 0.0))
 
     def prompts(self, request: DiagnosisRequest) -> tuple[str, str]:
-        return prompts_for(request, self.include_stats)
+        return prompts_for(request, self.include_stats, self.prompt)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())
