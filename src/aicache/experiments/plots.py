@@ -183,8 +183,12 @@ def bar_chart(
     title: str = "",
     ylabel: str | None = None,
     xlabel: str | None = None,
+    *,
+    ours_x: Sequence[Any] = (),
 ) -> Path:
-    """Grouped bars: one group per ``x`` value, one bar per ``hue`` value (mean ``y``)."""
+    """Grouped bars: one group per ``x`` value, one bar per ``hue`` value (mean ``y``).
+    ``ours_x``: the ``x`` values that are this project's system (edged bars, ``*`` on the
+    tick label), for charts whose systems are on the x axis."""
     fig = _new_figure()
     ax = fig.add_subplot(1, 1, 1)
     data = aggregate(rows, x, y, hue)
@@ -206,13 +210,18 @@ def bar_chart(
             style["color"] = colour(h)
             if is_ours(h):
                 style.update(edgecolor="black", linewidth=1.2)
-        ax.bar(pos, means, width=width, yerr=err, capsize=2,
-               label=None if hue is None else legend_label(h), **style)
+        bars = ax.bar(pos, means, width=width, yerr=err, capsize=2,
+                      label=None if hue is None else legend_label(h), **style)
+        for bar, p in zip(bars, pts):
+            if p.x in ours_x:
+                bar.set_edgecolor("black")
+                bar.set_linewidth(1.5)
     if needs_log([p.mean for pts in data.values() for p in pts]):
         ax.set_yscale("log")
         title = f"{title} (log scale)" if title else "(log scale)"
     ax.set_xticks(range(len(xs)))
-    ax.set_xticklabels([str(v) for v in xs], rotation=30 if len(xs) > 6 else 0)
+    ax.set_xticklabels([f"{v}*" if v in ours_x else str(v) for v in xs],
+                       rotation=30 if len(xs) > 6 else 0)
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel or y)
     ax.set_title(title)

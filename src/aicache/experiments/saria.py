@@ -36,6 +36,12 @@ FIG10 = [("DO", "dram-only", None), ("E5", "saria", 5), ("E4", "saria", 4), ("E3
          ("GO", "gds-only", None), ("OR", "oracle", None)]
 
 
+#: what Fig. 10's bar labels stand for (the chart's caption)
+FIG10_LEGEND = ("DO = DRAM only (SSD disabled); E5…E2 = SARIA (ours, marked *) with "
+                "eviction-count threshold θ_E = 5…2; FD = full duplicate (every block to SSD); "
+                "LMC+ = LMCache+ (full duplicate, tier-prefix lookup, serial tiers); GO = GDS only "
+                "(KV only on SSD, read straight to GPU); OR = offline oracle SSD admission.")
+
 #: the Mooncake FAST'25 synthetic trace shipped with the repository (traces/README.md)
 MOONCAKE_TRACE = Path(__file__).resolve().parents[3] / "traces" / "mooncake_fast25_synthetic.jsonl"
 
@@ -153,8 +159,9 @@ class Fig10(_KVExperiment):
                      ("char_p25bad", "CHAR P25-bad"), ("ssd_writes_norm", "SSD writes / capacity"),
                      ("ssd_reads_norm", "SSD reads / capacity")):
             p = bar_chart(rows, "label", y, None, outdir / f"{self.name}-{y}.png",
-                          title=f"{self.workload}: {t}", ylabel=t)
-            figs.append(Figure(p, t))
+                          title=f"{self.workload}: {t}", ylabel=t,
+                          ours_x=[lab for lab, system, _ in FIG10 if system == "saria"])
+            figs.append(Figure(p, f"{t}. {FIG10_LEGEND}"))
         keys = ("label", "ttft_mean_s", "ttft_p90_s", "char", "char_p25bad", "ssd_writes_norm",
                 "ssd_reads_norm", "ssd_writes_per_day_norm", "ssd_lifetime_days",
                 "dram_evictions", "transfer_mean_s", "transfer_p25bad_s")
