@@ -165,7 +165,7 @@ def test_in_flight_write_answers_retry(tmp_path):
     h = Host(4, make)
     tier: SariaSSDTier = h.tier  # type: ignore[assignment]
     gate = __import__("threading").Event()
-    tier._worker.submit(gate.wait)  # hold the worker: the next store stays in flight
+    tier._worker.submit(True, gate.wait)  # hold the worker: the next store stays in flight
     ks = keys(0, 1)
     ctx = ReqContext(req_id="w")
     h.mgr.on_new_request(ctx)

@@ -45,7 +45,8 @@ def test_prefix_evicted_from_engine_and_dram_is_served_from_ssd_tier(model_dir, 
                                                                      policy):
     work = tmp_path / "work"
     work.mkdir()
-    (work / "tiny-llama").symlink_to(_build_once(model_dir), target_is_directory=True)
+    built = _build_once(model_dir)
+    (work / built.name).symlink_to(built, target_is_directory=True)
     d = _run(work, *flags)
     computed, recomputed, served = d["runs"]
     assert computed["cached_tokens"] == 0
@@ -68,11 +69,11 @@ def test_prefix_evicted_from_engine_and_dram_is_served_from_ssd_tier(model_dir, 
 
 
 def _build_once(model_dir: Path) -> Path:
-    out = model_dir / "tiny-llama"
-    if not (out / "config.json").exists():
-        env = dict(os.environ, PYTHONPATH=str(RUNNER.parent))
-        subprocess.run([sys.executable, "-c",
-                        "import sys; from pathlib import Path; import vllm_engine_run as r;"
-                        "r.build_model(Path(sys.argv[1]))", str(model_dir)],
-                       env=env, check=True, timeout=300)
-    return out
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-c",
+                        "import sys; from pathlib import Path;"
+                        "from aicache.integrations.vllm.tiny_model import build_tiny_llama;"
+                        "print(build_tiny_llama(Path(sys.argv[1])))", str(model_dir)],
+                       env=env, check=True, timeout=300, capture_output=True, text=True)
+    return Path(p.stdout.strip().splitlines()[-1])

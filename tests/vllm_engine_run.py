@@ -12,7 +12,6 @@ run's greedy tokens and top logprobs and the tier's counters around run 3.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -24,28 +23,13 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 BLOCK = 32
-VOCAB = 512
+from aicache.integrations.vllm.tiny_model import VOCAB  # noqa: E402
 
 
 def build_model(d: Path) -> Path:
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from aicache.integrations.vllm.tiny_model import build_tiny_llama
 
-    out = d / "tiny-llama"
-    if (out / "config.json").exists():
-        return out
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, torch_dtype="bfloat16")
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
-    vocab = {f"t{i}": i for i in range(VOCAB)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
-                            eos_token="t2").save_pretrained(out)
-    return out
+    return build_tiny_llama(d)
 
 
 def main() -> None:
@@ -121,7 +105,6 @@ def main() -> None:
                                        "policy_sessions": sessions}))
     sys.stdout.flush()
     del llm
-    gc.collect()
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ become ``removed`` events. Each chunk is one block under the namespace of its KV
 
 Threads. All methods run on vLLM's scheduler thread and never wait for I/O: lookups are
 answered from :attr:`_state` (a key is ``HIT`` once its write finished, ``RETRY`` while it
-is in flight). The store is owned by one worker thread that applies store and load jobs in
-submission order; its slab I/O runs on the store's I/O pool. Results come back through a
+is in flight). The store is owned by one worker thread that runs load jobs before store
+jobs (a request waits for a load; nobody waits for a store), each kind in submission order; its slab I/O runs on the store's I/O pool. Results come back through a
 queue that :meth:`get_finished_jobs` drains. A load reports each key's fate: a key whose
 block failed its checksum (or was dropped since the lookup) is left out of
 ``successful_keys`` and is a miss from then on — never wrong bytes.
@@ -44,7 +44,9 @@ import queue
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
@@ -140,7 +142,7 @@ class SariaSSDTier(SecondaryTierManager):
     def __init__(self, offloading_spec: OffloadingSpec, primary_kv_view: memoryview,
                  tier_type: str, root_dir: str | None = None, ssd_bytes: int | None = None,
                  admission: str = "E2", prewrite: bool = True, io_threads: int = 4,
-                 metadata_entries: int | None = None, slab_bytes: int = 256 << 20,
+                 metadata_entries: int | None = None, slab_bytes: int = 32 << 20,
                  backpressure_detector: BackpressureDetector | None = None) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if not root_dir:
@@ -171,7 +173,7 @@ class SariaSSDTier(SecondaryTierManager):
         self._ready: list[JobResult] = []
         self._events: list[OffloadingEvent] = []
         self._jobs_in_flight = 0
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aicache-vllm-tier")
+        self._worker = _LoadFirstWorker()
         self.m = TierMetrics()
         self._t0 = time.monotonic()
         self._recover()
@@ -265,12 +267,12 @@ class SariaSSDTier(SecondaryTierManager):
             self._ready.append(JobResult(job_metadata.job_id, True, transfer_bytes=0))
             return
         self._jobs_in_flight += 1
-        self._worker.submit(self._run_store, job_metadata.job_id, todo)
+        self._worker.submit(False, lambda: self._run_store(job_metadata.job_id, todo))
 
     def submit_load(self, job_metadata: TransferJob) -> None:
         items = [(self._skey(k), int(c)) for k, c in zip(job_metadata.keys, job_metadata.chunk_ids)]
         self._jobs_in_flight += 1
-        self._worker.submit(self._run_load, job_metadata.job_id, items)
+        self._worker.submit(True, lambda: self._run_load(job_metadata.job_id, items))
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
         out, self._ready = self._ready, []
@@ -326,14 +328,11 @@ class SariaSSDTier(SecondaryTierManager):
 
     def drain_jobs(self) -> None:
         """Wait for every submitted job (the worker runs them in order)."""
-        try:
-            self._worker.submit(lambda: None).result()
-        except RuntimeError:  # interpreter exit stopped new submissions: wait for the queue
-            self._worker.shutdown(wait=True)
+        self._worker.drain()
 
     def shutdown(self) -> None:
         self.drain_jobs()
-        self._worker.shutdown(wait=True)
+        self._worker.close()
         self._store.close()
         # our view exports the DRAM region's buffer: it must go before vLLM closes the mmap
         self._rows = np.empty((0, 0), dtype=np.uint8)
@@ -415,6 +414,53 @@ class SariaSSDTier(SecondaryTierManager):
     def held_keys(self) -> Collection[OffloadKey]:
         """Keys a lookup answers HIT for (tests)."""
         return [self._okey(sk) for sk, v in self._state.items() if v is ChunkState.STORED]
+
+
+class _LoadFirstWorker:
+    """One thread owning the store: loads (requests wait on them) before stores."""
+
+    def __init__(self) -> None:
+        self._jobs: tuple[deque[Callable[[], None]], deque[Callable[[], None]]] = (deque(), deque())
+        self._cv = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="aicache-vllm-tier", daemon=True)
+        self._thread.start()
+
+    def submit(self, load: bool, fn: Callable[[], None]) -> None:
+        with self._cv:
+            self._jobs[0 if load else 1].append(fn)
+            self._cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._jobs[0] or self._jobs[1] or self._closed):
+                    self._cv.wait()
+                q = self._jobs[0] or self._jobs[1]
+                if not q:
+                    return  # closed and empty
+                fn = q.popleft()
+                self._busy = True
+            try:
+                fn()  # a job reports its own failures; it never raises out of here
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def drain(self) -> None:
+        """Block until every submitted job has run."""
+        with self._cv:
+            while self._jobs[0] or self._jobs[1] or self._busy:
+                self._cv.wait()
+
+    def close(self) -> None:
+        self.drain()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join()
 
 
 def _namespace_base(spec: OffloadingSpec, row_bytes: int) -> str:
