@@ -29,6 +29,10 @@ def test_generated_sessions_are_time_ordered_and_replay_everywhere(
     assert main(["sim", "kv", "--trace", str(out), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["requests"] == len(ts) and d["format"] == "kv-jsonl"
+    for argv in (["sim", "cache", "--trace", str(out), "--policy", "lru", "--cache-size", "10%"],
+                 ["trace", "summary", str(out)]):
+        assert main([*argv, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["format"] == "kv-jsonl"
 
 
 def test_agent_order_is_a_stable_sort_of_the_sessions() -> None:
