@@ -193,10 +193,11 @@ def test_short_remote_read_is_an_error_and_never_cached(tmp_path, dataset) -> No
 
 
 def test_full_local_disk_serves_reads_uncached(tmp_path, dataset) -> None:
-    """A real 256 KiB tmpfs as the cache disk, a 64 MiB budget: writes hit ENOSPC."""
+    """A real 1 MiB tmpfs as the cache disk, a 64 MiB budget (capped by the free-disk guard
+    at open), then filled by another program: writes hit ENOSPC."""
     small = tmp_path / "small"
     small.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
                        capture_output=True)
     real_tmpfs = r.returncode == 0
     patch = None
@@ -216,6 +217,10 @@ def test_full_local_disk_serves_reads_uncached(tmp_path, dataset) -> None:
         path = sorted(dataset)[3]
         e = CacheEngine(SlowFileSystem(), str(small / "cache"), 64 * 1024 * 1024, policy="alluxio",
                         params=EngineParams(block_size=BLOCK))
+        if real_tmpfs:  # another program fills the disk after the open's free-disk guard
+            st = os.statvfs(small)
+            (small / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 3 * BLOCK))
+            assert e.store.capacity > 3 * BLOCK + 72, e.store.capacity  # more than fits now
         try:
             assert e.read(path) == dataset[path]
             assert e.read(path) == dataset[path]

@@ -85,6 +85,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
                    help="octal mode of the cache's files (directories get x where it has r): "
                         "0600 (default) keeps cached copies private; e.g. 0640 shares a cache "
                         "with your group")
+    p.add_argument("--free-space-ratio", default="0.1", metavar="RATIO",
+                   help="keep this share of the cache's disk free: a larger --cache-size is "
+                        "capped, with a warning (default 0.1; 0: only the free space caps it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--endpoint-url", default=None, metavar="URL",
                    help="S3-compatible endpoint for an s3:// REMOTE_URL (MinIO, Ceph, R2, …), "
@@ -216,6 +219,7 @@ def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     """Validated (cache size, EngineParams); an unknown policy fails here, before mounting."""
     from aicache.datacache.engine import EngineParams, make_engine_system
+    from aicache.datacache.budget import check_free_space_ratio
     from aicache.datacache.store import check_cache_mode
     from aicache.units import parse_size
 
@@ -230,9 +234,14 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     if not (math.isfinite(ttl) and ttl >= 0):
         raise BadInput(f"--metadata-ttl {args.metadata_ttl!r}: give seconds >= 0, e.g. 60")
     mode = check_cache_mode(args.cache_mode)
+    try:
+        ratio = check_free_space_ratio(float(args.free_space_ratio))
+    except ValueError:
+        raise BadInput(f"--free-space-ratio {args.free_space_ratio!r}: give a share of the disk "
+                       "in [0, 1), e.g. 0.1") from None
     make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
     return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum,
-                              metadata_ttl_s=ttl, cache_mode=mode)
+                              metadata_ttl_s=ttl, cache_mode=mode, free_space_ratio=ratio)
 
 
 class CsvRecorder:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aicache.adaptive.system import DataCacheSystem
+from aicache.datacache.budget import DEFAULT_FREE_SPACE_RATIO
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy import AccessResult, LocalPolicy
@@ -114,6 +115,9 @@ class EngineParams:
     #: how often this engine's counters are written under the cache dir (and at close) for
     #: ``aicache cache stats``; 0: only at close — see :mod:`aicache.datacache.counters`
     stats_interval_s: float = 1.0
+    #: share of the cache's disk kept free: a larger budget is capped at open, with a
+    #: warning — see :mod:`aicache.datacache.budget`
+    free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO
 
 
 def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
@@ -231,7 +235,8 @@ class CacheEngine:
         self.target = target
         #: an UncachedStore when the directory cannot be used (reads then go to the remote)
         self.store = open_store(cache_dir, cache_size, p.block_size, verify=p.verify,
-                                mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode)
+                                mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode,
+                                free_space_ratio=p.free_space_ratio)
         self.block_size = p.block_size
         if daemon:
             from aicache.datacache.daemon import DaemonPolicy

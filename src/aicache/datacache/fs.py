@@ -44,6 +44,10 @@ remote no longer holds that version (:mod:`aicache.datacache.version`).
 ``cache_mode`` (default ``0o600``: owner-only; e.g. ``"0640"`` for a cache shared with a
 group): the mode of the cache's files, directories getting ``x`` where it has ``r``.
 
+``free_space_ratio`` (default 0.1): the share of the cache's disk kept free; a larger
+``cache_size`` is capped at open, with a warning (:mod:`aicache.datacache.budget`, which also
+states the rule for two processes giving one cache dir different budgets).
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 """
@@ -61,6 +65,7 @@ from fsspec.utils import tokenize
 
 from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, default_cache_dir
 from aicache.datacache.sharing import ENGINES, EngineSpec
+from aicache.datacache.budget import check_free_space_ratio
 from aicache.datacache.store import check_cache_mode
 from aicache.units import parse_size
 
@@ -92,6 +97,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
                  seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
                  verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
                  share_engine: bool = True, cache_mode: int | str = 0o600,
+                 free_space_ratio: float = 0.1,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
@@ -111,7 +117,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
                               metadata_ttl_s=float(metadata_ttl), seed=int(seed),
                               verify=verify_checksum,
                               mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"),
-                              cache_mode=check_cache_mode(cache_mode))
+                              cache_mode=check_cache_mode(cache_mode),
+                              free_space_ratio=check_free_space_ratio(free_space_ratio))
         self._spec = EngineSpec(
             cache_dir=os.path.realpath(os.path.expanduser(cache_dir or default_cache_dir())),
             target=_target_token(fs), cache_size=parse_size(cache_size, what="cache size"),

@@ -112,6 +112,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from aicache.datacache.budget import (DEFAULT_FREE_SPACE_RATIO, check_free_space_ratio,
+                                      disk_capped, join_users, settle_budget)
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
 
 log = logging.getLogger(__name__)
@@ -275,7 +277,8 @@ class BlockStore:
                  block_size: int = 4 * 1024 * 1024, *, recover: bool = True,
                  verify: str = DEFAULT_VERIFY, racy_window_s: float = DEFAULT_RACY_WINDOW_S,
                  mmap_bytes: int = DEFAULT_MMAP_BYTES,
-                 cache_mode: int = DEFAULT_CACHE_MODE) -> None:
+                 cache_mode: int = DEFAULT_CACHE_MODE,
+                 free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO) -> None:
         from aicache.errors import BadInput
 
         if capacity <= 0:
@@ -286,6 +289,7 @@ class BlockStore:
             raise BadInput(f"checksum verify mode {verify!r} is unknown; give one of "
                            f"{', '.join(VERIFY_MODES)}")
         self.verify_mode = verify
+        self._free_ratio = check_free_space_ratio(free_space_ratio)
         self.file_mode = check_cache_mode(cache_mode)
         self.dir_mode = dir_mode(self.file_mode)
         #: verified blocks kept mapped (none in ``full`` mode: every read hashes anyway)
@@ -312,6 +316,7 @@ class BlockStore:
         #: what open found and did (``rebuilt``: the index was rebuilt from the headers)
         self.rebuilt: int | None = None
         self._lock_fd = -1
+        self._users_fd = -1
         self._db: sqlite3.Connection | None = None
         try:
             self._open(recover)
@@ -354,12 +359,19 @@ class BlockStore:
                 elif _listdir(self._blocks_dir):
                     self.rebuilt = self._rebuild_locked()
             db = self._db
+            # the budget rules of aicache.datacache.budget: one budget per directory at a time
+            self._users_fd = _open_file(os.path.join(self.cache_dir, "users"), os.O_RDWR,
+                                        self.file_mode)
+            settle_budget(self.cache_dir, self.capacity, meta.get("capacity"),
+                          join_users(self._users_fd))
             db.execute("INSERT OR REPLACE INTO meta VALUES('capacity', ?)", (str(self.capacity),))
             db.execute("INSERT OR IGNORE INTO meta VALUES('block_size', ?)", (str(self.block_size),))
             db.execute("INSERT OR REPLACE INTO meta VALUES('format', ?)", (str(FORMAT_VERSION),))
             if recover:
                 self._recover_locked()
             self._used = self._sum_used()
+        self.capacity = disk_capped(self.cache_dir, self.capacity, self._used, self._free_ratio,
+                                    self.block_size)
 
     def _connect(self, index: str) -> sqlite3.Connection:
         """The index, created owner-only first (SQLite gives its -wal/-shm files the
@@ -1009,12 +1021,13 @@ class BlockStore:
             if self._db is not None:
                 self._db.close()
         finally:
-            if self._lock_fd >= 0:
-                try:
-                    os.close(self._lock_fd)
-                except OSError:
-                    pass
-                self._lock_fd = -1
+            for fd in (self._lock_fd, self._users_fd):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self._lock_fd = self._users_fd = -1
 
     def __enter__(self) -> BlockStore:
         return self
@@ -1047,7 +1060,7 @@ class UncachedStore(BlockStore):
         self.on_evict = None
         self._used = 0
         self.rebuilt = None
-        self._lock_fd = -1
+        self._lock_fd = self._users_fd = -1
         self._db = None
         #: why the cache directory is not used
         self.reason = reason
@@ -1093,7 +1106,8 @@ class UncachedStore(BlockStore):
 
 def open_store(cache_dir: str | os.PathLike[str], capacity: int, block_size: int, *,
                verify: str = DEFAULT_VERIFY, mmap_bytes: int = DEFAULT_MMAP_BYTES,
-               cache_mode: int = DEFAULT_CACHE_MODE) -> BlockStore:
+               cache_mode: int = DEFAULT_CACHE_MODE,
+               free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO) -> BlockStore:
     """A :class:`BlockStore` on ``cache_dir``, or an :class:`UncachedStore` (with a
     warning naming the cause and the fix) when the directory cannot be used: a disk full
     at open, a wrong-type entry, a permission error inside it. Bad arguments still raise
@@ -1101,7 +1115,7 @@ def open_store(cache_dir: str | os.PathLike[str], capacity: int, block_size: int
     under a file) raises: that is a wrong setting, not a damaged cache."""
     try:
         return BlockStore(cache_dir, capacity, block_size, verify=verify, mmap_bytes=mmap_bytes,
-                          cache_mode=cache_mode)
+                          cache_mode=cache_mode, free_space_ratio=free_space_ratio)
     except (OSError, sqlite3.Error) as exc:
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
         if not full and not os.path.isdir(cache_dir):
