@@ -41,6 +41,59 @@ def test_2q_close_in_bytes_mode(kind: str) -> None:
         assert abs(theirs.byte_miss_ratio - ours.byte_miss_ratio) <= 0.005
 
 
+def _twoq_model(ids: list[int], sizes: list[int], cap: int, nested: bool) -> list[bool]:
+    """libCacheSim's TwoQ.c, brute force (queue sizes recomputed every time). ``nested``:
+    a ghost hit enters Am through Am's own cache (which may evict from Am on its own);
+    without it, only the outer loop evicts — the cache template's rule."""
+    ain_c, aout_c = int(cap * 0.25), int(cap * 0.5)
+    am_c = cap - ain_c
+    ain: dict[int, int] = {}
+    aout: dict[int, int] = {}
+    am: dict[int, int] = {}  # dicts keep insertion order: oldest / LRU first
+    hits = []
+    for k, s in zip(ids, sizes):
+        if k in ain:
+            hits.append(True)
+            continue
+        ghost = aout.pop(k, None) is not None
+        if k in am:
+            am[k] = am.pop(k)
+            hits.append(True)
+            continue
+        hits.append(False)
+        if s > ain_c:
+            continue
+        while sum(ain.values()) + sum(am.values()) + s > cap:
+            if sum(ain.values()) > ain_c:
+                v = next(iter(ain))
+                vs = ain.pop(v)
+                if vs <= aout_c:
+                    while sum(aout.values()) + vs > aout_c:
+                        del aout[next(iter(aout))]
+                    aout[v] = vs
+            else:
+                del am[next(iter(am))]
+        if ghost:
+            while nested and sum(am.values()) + s > am_c:
+                del am[next(iter(am))]
+            am[k] = s
+        else:
+            ain[k] = s
+    return hits
+
+
+@pytest.mark.parametrize("kind", ["zipf1.2", "scan+zipf"])
+def test_2q_bytes_mode_departure_is_exactly_the_nested_am_eviction(kind: str) -> None:
+    """The brute force with Am's nested eviction is libCacheSim on every request; without
+    it, it is ours on every request — so that eviction is the whole difference."""
+    ids, sizes = make_trace(kind, n=3_000)
+    for frac in FRACTIONS:
+        cap = capacity(ids, sizes, "bytes", frac)
+        il, sl = ids.tolist(), sizes.tolist()
+        assert lcs_run("2q", ids, sizes, cap, "bytes").hits.tolist() == _twoq_model(il, sl, cap, True)
+        assert run_ours("2q", ids, sizes, cap, "bytes").hits.tolist() == _twoq_model(il, sl, cap, False)
+
+
 @st.composite
 def _small_objects(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
     n_ids = draw(st.integers(1, 60))
@@ -158,3 +211,38 @@ def test_gdsf_keeps_small_objects_where_lru_keeps_large_ones() -> None:
     cap = capacity(ids, sizes, "bytes", 0.05)
     assert run_ours("gdsf", ids, sizes, cap, "bytes").miss_ratio < \
         run_ours("lru", ids, sizes, cap, "bytes").miss_ratio - 0.05
+
+
+def _lcs_gdsf(ids: list[int], sizes: list[int], cap: int) -> list[bool]:
+    """What the libcachesim package's GDSF does, brute force: insert the missed object with
+    the current L, then evict the lowest (priority, stamp) — it included — until it fits."""
+    inflation, h, freq, size, used, stamp, hits = 0.0, {}, {}, {}, 0, 0, []
+    for k, s in zip(ids, sizes):
+        stamp += 1
+        if k in h:
+            freq[k] += 1
+            h[k] = (inflation + freq[k] * 1.0e6 / size[k], stamp)
+            hits.append(True)
+            continue
+        hits.append(False)
+        if s > cap:
+            continue
+        freq[k], size[k], h[k] = 1, s, (inflation + 1.0e6 / s, stamp)
+        used += s
+        while used > cap:
+            v = min(h, key=h.__getitem__)
+            inflation = h[v][0]
+            used -= size.pop(v)
+            del h[v], freq[v]
+    return hits
+
+
+@pytest.mark.parametrize("mode", ["objects", "bytes"])
+def test_gdsf_libcachesim_order_is_insert_then_evict(mode: str) -> None:
+    """The order GDSF's module states for libcachesim (and so its bytes-mode departure) is
+    libcachesim's on every request, in both modes."""
+    ids, sizes = make_trace("zipf0.9", n=3_000)
+    req = [1] * len(ids) if mode == "objects" else sizes.tolist()
+    for frac in FRACTIONS:
+        cap = capacity(ids, sizes, mode, frac)
+        assert lcs_run("gdsf", ids, sizes, cap, mode).hits.tolist() == _lcs_gdsf(ids.tolist(), req, cap)
