@@ -209,7 +209,7 @@ class Mismatch(Experiment):
     name = "saecache-mismatch"
     title = "SAECache under workload mismatch: fixed parameters vs online learning"
     reproduces = "SAECache seed: fixed-parameter policies lose up to 2.7× TTFT under mismatch"
-    full_wall_time = "about 1.5 min on 2 cores (24 cells)"
+    full_wall_time = "about 3 min on 2 cores (48 cells)"
 
     FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "tool": 300, "mix": 1000},
                                       "seeds": EVAL_SEEDS_2, "capacity": 10}
@@ -223,35 +223,43 @@ class Mismatch(Experiment):
         wl = tuple(g["sessions"])
         for run_on in wl:
             for seed in g["seeds"]:
-                base = {"run_on": run_on, "seed": seed, "capacity_pct": g["capacity"],
-                        "sessions": g["sessions"][run_on]}
-                out.append({**base, "mode": "online", "fit_on": "-", "fit_sessions": 0})
-                for fit_on in wl:
-                    out.append({**base, "mode": "fixed", "fit_on": fit_on,
-                                "fit_sessions": g["sessions"][fit_on]})
+                for pol in SAE_VARIANTS:
+                    base = {"run_on": run_on, "seed": seed, "capacity_pct": g["capacity"],
+                            "sessions": g["sessions"][run_on], "policy": pol}
+                    out.append({**base, "mode": "online", "fit_on": "-", "fit_sessions": 0})
+                    for fit_on in wl:
+                        out.append({**base, "mode": "fixed", "fit_on": fit_on,
+                                    "fit_sessions": g["sessions"][fit_on]})
         return out
 
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
         from aicache.kv.saecache import SAECache
+        from aicache.kv.prefix_policies import make_prefix_policy
         from aicache.sim.prefix import simulate
 
         cap = float(params["capacity_pct"])
+        pol = str(params.get("policy", "saecache"))
         pp: dict[str, Any] = {}
         if params["mode"] == "fixed":
             freqs, _ = _requests(params["fit_on"], int(params["fit_sessions"]), Mismatch.FIT_SEED)
-            fit = SAECache(1)
+            fit = make_prefix_policy(pol, 1, seed=Mismatch.FIT_SEED)
+            assert isinstance(fit, SAECache)
             simulate(freqs, fit, f"{cap}%", seed=Mismatch.FIT_SEED)
             pp = {"state": fit.export_state(), "learn": False}
         out = run_prefix(params["run_on"], int(params["sessions"]), int(params["seed"]),
-                         "saecache", cap, policy_params=pp)
+                         pol, cap, policy_params=pp)
         return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [dict(r, variant=("online" if r["mode"] == "online" else f"fixed:{r['fit_on']}"))
-              for r in rows if "ttft_mean_s" in r]
+        def _variant(r: Mapping[str, Any]) -> str:
+            v = "online" if r["mode"] == "online" else f"fixed:{r['fit_on']}"
+            pol = r.get("policy", "saecache")
+            return v if pol == "saecache" else f"{pol} {v}"
+
+        ok = [dict(r, variant=_variant(r)) for r in rows if "ttft_mean_s" in r]
         figs = [Figure(bar_chart(ok, x="run_on", y="ttft_mean_s", hue="variant",
                                  path=Path(outdir) / "saecache_mismatch_ttft.png",
                                  title="TTFT: online vs fixed parameters", ylabel="mean TTFT (s)",
@@ -263,6 +271,7 @@ class Mismatch(Experiment):
         table = []
         online_loss, fixed_loss = [], []
         for run_on in sorted({k[0] for k in t}):
+            # the goals are the default's (saecache); saecache-seed's rows are in the table
             matched = t.get((run_on, f"fixed:{run_on}"))
             on = t.get((run_on, "online"))
             worst = max((v for (w, var), v in t.items() if w == run_on and var.startswith("fixed:")),
@@ -273,6 +282,8 @@ class Mismatch(Experiment):
                 fixed_loss.append(worst / matched - 1)
             for (w, var), v in sorted(t.items()):
                 if w == run_on:
+                    pre = "saecache-seed " if var.startswith("saecache-seed ") else ""
+                    matched = t.get((run_on, f"{pre}fixed:{run_on}"))
                     table.append({"run on": w, "variant": var, "ttft_mean_s": v,
                                   "token_hit_ratio": h.get((w, var)),
                                   "TTFT / matched fixed": v / matched if matched else None})
@@ -295,6 +306,9 @@ class Mismatch(Experiment):
             goals=goals)
 
 
+#: the engineered default and the seed's formula exactly, both ablated
+SAE_VARIANTS = ("saecache", "saecache-seed")
+
 ABLATIONS: dict[str, dict[str, Any]] = {
     "full": {},
     "no token-type weights": {"token_types": False},
@@ -311,7 +325,7 @@ class Ablation(Experiment):
     name = "saecache-ablation"
     title = "SAECache ablation: each factor of the priority switched off"
     reproduces = "SAECache seed: ablations (+23% types, +39% queue weights, +14% timing, +12% position)"
-    full_wall_time = "about 1.5 min on 2 cores (72 cells)"
+    full_wall_time = "about 3 min on 2 cores (144 cells)"
 
     FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "tool": 300, "mix": 1000},
                                       "seeds": EVAL_SEEDS_2, "capacities": (10, 20)}
@@ -320,33 +334,34 @@ class Ablation(Experiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         g = self.QUICK if quick else self.FULL
-        return [{"workload": w, "sessions": n, "seed": s, "capacity_pct": c, "variant": v}
+        return [{"workload": w, "sessions": n, "seed": s, "capacity_pct": c, "policy": p, "variant": v}
                 for w, n in g["sessions"].items() for s in g["seeds"] for c in g["capacities"]
-                for v in ABLATIONS]
+                for p in SAE_VARIANTS for v in ABLATIONS]
 
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
         return run_prefix(params["workload"], int(params["sessions"]), int(params["seed"]),
-                          "saecache", float(params["capacity_pct"]),
+                          str(params.get("policy", "saecache")), float(params["capacity_pct"]),
                           policy_params=ABLATIONS[params["variant"]])
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "token_hit_ratio" in r]
-        figs = [Figure(bar_chart(ok, x="workload", y="token_hit_ratio", hue="variant",
-                                 path=Path(outdir) / "saecache_ablation.png",
-                                 title="SAECache ablation", ylabel="token hit ratio"),
-                       "Token hit ratio with one factor of P switched off (mean over seeds/capacities).")]
-        h = _by(ok, ("workload", "variant"), "token_hit_ratio")
-        t = _by(ok, ("workload", "variant"), "ttft_mean_s")
+        ok = [dict(r, policy=r.get("policy", "saecache")) for r in rows if "token_hit_ratio" in r]
+        figs = [Figure(bar_chart([r for r in ok if r["policy"] == p], x="workload", y="token_hit_ratio",
+                                 hue="variant", path=Path(outdir) / f"{p}_ablation.png",
+                                 title=f"{p} ablation", ylabel="token hit ratio"),
+                       f"{p}: token hit ratio with one factor of P switched off (mean over seeds/capacities).")
+                for p in SAE_VARIANTS if any(r["policy"] == p for r in ok)]
+        h = _by(ok, ("workload", "policy", "variant"), "token_hit_ratio")
+        t = _by(ok, ("workload", "policy", "variant"), "ttft_mean_s")
         table = []
-        for (w, v), x in sorted(h.items()):
-            full = h.get((w, "full"))
-            tf = t.get((w, "full"))
-            table.append({"workload": w, "variant": v, "token_hit_ratio": x,
+        for (w, p, v), x in sorted(h.items()):
+            full = h.get((w, p, "full"))
+            tf = t.get((w, p, "full"))
+            table.append({"workload": w, "policy": p, "variant": v, "token_hit_ratio": x,
                           "CHR change of full vs this (pts)": 100 * (full - x) if full is not None else None,
-                          "TTFT this / full": t[(w, v)] / tf if tf else None})
+                          "TTFT this / full": t[(w, p, v)] / tf if tf else None})
         return ReportSection(
             title=self.title,
             description=("Positive 'change' = the factor helps (full SAECache is better without removing "
