@@ -37,6 +37,8 @@ class Script:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    #: response_format types refused the way llama-cpp-python's server refuses json_schema
+    rejects: set[str] = field(default_factory=set)
 
 
 def _completion(content: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -78,9 +80,13 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
             if self.path != "/v1/chat/completions":
                 self._send(404, b'{"error": {"message": "not found"}}')
                 return
+            if (body.get("response_format") or {}).get("type") in script.rejects:
+                msg = "1 validation error: body.response_format.type: Input should be 'text' or 'json_object'"
+                self._send(500, json.dumps({"error": {"message": msg}}).encode())
+                return
             kind, payload = script.queue.popleft() if script.queue else script.default
             if kind == "content":
-                prompt_len = len(body["messages"][0]["content"]) + len(body["messages"][1]["content"])
+                prompt_len = sum(len(m["content"]) for m in body["messages"])
                 self._send(200, json.dumps(_completion(payload, prompt_len // 4, len(payload) // 4)).encode())
             elif kind == "status":
                 self._send(payload, b'{"error": {"message": "boom", "type": "server_error"}}')
@@ -290,3 +296,75 @@ def test_record_then_replay_is_identical(server: tuple[str, Script], tmp_path: P
 
 def _as_json(a: Advice | None) -> Any:
     return None if a is None else [a.pattern, a.confidence, a.reason, a.input_tokens, a.output_tokens, a.latency_s]
+
+
+def test_structured_auto_falls_back_only_on_a_refused_format(server: tuple[str, Script]) -> None:
+    """auto: json_schema first; a server that refuses that form gets llama.cpp's
+    json_object+schema in the same call, and that form from then on."""
+    from aicache.adaptive.prompt import ADVICE_SCHEMA
+
+    url, script = server
+    script.rejects = {"json_schema"}
+    adv = advisor(url)
+    assert adv.advise(req([1, 2, 3, 4])) is not None
+    formats = [b.get("response_format") for b in script.bodies]
+    assert formats[0]["type"] == "json_schema" and formats[0]["json_schema"]["schema"] == ADVICE_SCHEMA
+    assert formats[1] == {"type": "json_object", "schema": ADVICE_SCHEMA}
+    assert adv.advise(req([5, 6, 7, 8])) is not None
+    assert len(script.bodies) == 3 and script.bodies[2]["response_format"]["type"] == "json_object"
+    assert adv.counters.calls == 2 and adv.counters.no_advice == 0
+
+
+def test_structured_auto_ends_with_none_and_other_errors_are_not_retried(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.rejects = {"json_schema", "json_object"}
+    adv = advisor(url)
+    assert adv.advise(req([1, 2, 3, 4])) is not None
+    assert [("response_format" in b) for b in script.bodies] == [True, True, False]
+    script.queue.append(("status", 500))  # a 500 not about the format: no advice, one request
+    n = len(script.bodies)
+    assert adv.advise(req([1, 2, 3, 4])) is None
+    assert len(script.bodies) == n + 1 and adv.counters.errors == {"http 500": 1}
+
+
+def test_grammar_mode_and_gemma_style_messages(server: tuple[str, Script]) -> None:
+    from aicache.adaptive.advisor.openai_advisor import ADVICE_GRAMMAR
+
+    url, script = server
+    adv = OpenAIAdvisor(model="m", base_url=url, structured="grammar", system_role=False)
+    r = req([3, 1, 4, 1, 5])
+    assert adv.advise(r) is not None
+    body = script.bodies[-1]
+    assert body["grammar"] == ADVICE_GRAMMAR and "response_format" not in body
+    system, runtime = adv.prompts(r)
+    assert body["messages"] == [{"role": "user", "content": system + "\n\n" + runtime}]
+
+
+def test_grammar_compiles_in_llama_cpp() -> None:
+    """The GBNF is valid for llama.cpp's own grammar compiler (a bad one would make every
+    request fail); what it admits is checked by the real-model test's parsed answers."""
+    from llama_cpp import llama_grammar  # the llm extra, which the test extra includes
+
+    from aicache.adaptive.advisor.openai_advisor import ADVICE_GRAMMAR
+
+    llama_grammar.LlamaGrammar.from_string(ADVICE_GRAMMAR, verbose=False)
+
+
+def test_seed_prompt_is_one_flag_away_and_replays(server: tuple[str, Script], tmp_path: Path) -> None:
+    from aicache.adaptive.prompt import SEED_SYSTEM_PROMPT
+
+    url, script = server
+    assert "exactly one pattern" in SEED_SYSTEM_PROMPT and SEED_SYSTEM_PROMPT.endswith('"optional debug reason"}')
+    path = tmp_path / "seed.jsonl"
+    rec = make_advisor(f"record:{path}", model="m", base_url=url, prompt="seed")
+    r = req(list(range(0, 400, 2)))
+    a = rec.advise(r)
+    rec.close()
+    assert script.bodies[-1]["messages"][0]["content"] == SEED_SYSTEM_PROMPT
+    replay = ReplayAdvisor(path)
+    assert replay.prompt == "seed" and replay.advise(r) == a
+    assert make_advisor("openai", model="m", base_url=url).prompt == "aicache"
+    from aicache.errors import BadInput
+
+    with pytest.raises(BadInput, match="--prompt seed"):
+        make_advisor("openai", model="m", base_url=url, prompt="paper")

@@ -35,7 +35,7 @@ MODEL_FILE = "gemma-3-270m-it-Q4_K_M.gguf"
 MODEL_ALIAS = "gemma3-270m"
 DEFAULT_PORT = 8931
 #: Enough for the window, both statistics blocks and the system prompt, with room to spare.
-N_CTX = 4096
+N_CTX = 8192
 
 
 def cache_dir() -> Path:
