@@ -108,3 +108,36 @@ def test_watch_cli_prints_json_lines_and_refuses_bad_intervals(tmp_path: Path) -
     assert len(rows) == 2 and rows[0]["hits_per_s"] == 0.0
     r = _cli("cache", "stats", "--cache-dir", str(tmp_path / "c"), "--watch", "0")
     assert r.returncode == 2 and "--watch" in r.stderr
+
+
+def test_warmup_prefills_what_a_later_fsspec_job_reads_as_hits(s3_dataset, tmp_path: Path) -> None:
+    import hashlib
+
+    cache = tmp_path / "cache"
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    argv = [sys.executable, "-m", "aicache.cli.main", "warmup", f"s3://{s3_dataset.root}",
+            "--cache-dir", str(cache), "--cache-size", "64MiB", "--block-size", str(BLOCK),
+            "--endpoint-url", s3_dataset.server.endpoint_url, "--json"]
+    blocks = sum(math.ceil(len(d) / BLOCK) for d in s3_dataset.files.values())
+    nbytes = sum(len(d) for d in s3_dataset.files.values())
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert (out["files"], out["bytes"], out["blocks"]) == (len(s3_dataset.files), nbytes, blocks)
+    assert (out["cached_bytes"], out["fetched_bytes"], out["fits"]) == (0, nbytes, True)
+    again = json.loads(subprocess.run(argv[:-1] + ["--json"], capture_output=True, text=True,
+                                      timeout=120, env=env).stdout)
+    assert (again["cached_bytes"], again["fetched_bytes"]) == (nbytes, 0)
+    files = [(p, hashlib.sha256(d).hexdigest()) for p, d in sorted(s3_dataset.files.items())]
+    spec = {"endpoint": s3_dataset.server.endpoint_url, "files": files,
+            "aicache": {"cache_dir": str(cache), "cache_size": "64MiB", "block_size": BLOCK,
+                        "policy": "lru"}}
+    r = subprocess.run([sys.executable, "-c", READER, json.dumps(spec)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr
+    st = json.loads(_cli("cache", "stats", "--cache-dir", str(cache), "--json").stdout)
+    # warmup 1: every block a miss; warmup 2 and the job: every block a hit, nothing refetched
+    assert (st["misses"], st["hits"], st["remote_bytes"]) == (blocks, 2 * blocks, nbytes)
+    bad = subprocess.run(argv[:4] + [f"s3://{s3_dataset.bucket}/nope", *argv[5:]],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -31,6 +31,7 @@ COMMANDS: list[tuple[str | None, str]] = [
     (None, "aicache.cli.mount"),
     (None, "aicache.cli.umount"),
     (None, "aicache.cli.record"),
+    (None, "aicache.cli.warmup"),
     (None, "aicache.cli.cache_admin"),
     (None, "aicache.cli.experiment"),
     (None, "aicache.cli.demo"),
