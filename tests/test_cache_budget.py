@@ -88,3 +88,24 @@ def test_mount_refuses_a_bad_free_space_ratio(tmp_path: Path) -> None:
                         str(tmp_path), "--cache-dir", str(tmp_path / "c"), "--cache-size", "1GiB",
                         "--free-space-ratio", "1.5"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--free-space-ratio" in r.stderr
+
+
+def test_a_second_mount_with_another_budget_is_refused_naming_both(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "aicache.cli.main"]
+    src, m1, m2 = tmp_path / "src", tmp_path / "m1", tmp_path / "m2"
+    for d in (src, m1, m2):
+        d.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3 * BLOCK))
+    base = ["--cache-dir", str(tmp_path / "c"), "--block-size", str(BLOCK)]
+    r = subprocess.run([*cli, "mount", str(src), str(m1), *base, "--cache-size", "1GiB"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        r = subprocess.run([*cli, "mount", str(src), str(m2), *base, "--cache-size", "2GiB"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "2.00 GiB differs from 1.00 GiB" in r.stderr
+        assert not os.path.ismount(m2)
+        assert (m1 / "a.bin").read_bytes() == (src / "a.bin").read_bytes()  # the first reads on
+    finally:
+        subprocess.run([*cli, "umount", str(m1)], capture_output=True, timeout=60)
+    assert not os.path.ismount(m1)

@@ -265,6 +265,7 @@ class CsvRecorder:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aicache.datacache.budget import check_joinable
     from aicache.datacache.fuse import fuse_available, mount
 
     mp = os.path.abspath(args.mountpoint)
@@ -275,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
     size, params = engine_config(args)
     check_cache_dir(args.cache_dir, params.cache_mode)
+    check_joinable(os.path.abspath(args.cache_dir), size)
     if args.direct_io and args.kernel_cache:
         raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
                        "page cache, the other keeps pages in it); pick one")

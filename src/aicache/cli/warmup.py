@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 from typing import Any
 
 from aicache.errors import BadInput
@@ -39,22 +38,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=8, help="files read at once (default 8)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
-
-
-def recorded_budget(cache_dir: str) -> int | None:
-    """The budget the cache directory's index records (None: no cache there yet)."""
-    index = os.path.join(cache_dir, "index.sqlite")
-    if not os.path.isfile(index):
-        return None
-    try:
-        db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
-        try:
-            row = db.execute("SELECT v FROM meta WHERE k = 'capacity'").fetchone()
-        finally:
-            db.close()
-        return int(row[0]) if row else None
-    except (sqlite3.Error, ValueError):
-        return None
 
 
 def _files(fs: Any, url: str, root: str) -> list[tuple[str, int]]:
@@ -80,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     from aicache.cli.mount import check_cache_dir, engine_config, remote_options_of
     from aicache.cli.output import emit, progress
+    from aicache.datacache.budget import recorded_budget
     from aicache.datacache.engine import CacheEngine
     from aicache.datacache.store import BlockKey
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 from collections.abc import Callable
 
 from aicache.errors import BadInput
@@ -68,6 +69,42 @@ def join_users(fd: int) -> bool:
         alone = False
     fcntl.flock(fd, fcntl.LOCK_SH)
     return alone
+
+
+def recorded_budget(cache_dir: str) -> int | None:
+    """The budget the cache directory's index records (None: no cache there, or no record)."""
+    index = os.path.join(cache_dir, "index.sqlite")
+    if not os.path.isfile(index):
+        return None
+    try:
+        db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT v FROM meta WHERE k = 'capacity'").fetchone()
+        finally:
+            db.close()
+        return int(row[0]) if row else None
+    except (sqlite3.Error, ValueError):
+        return None
+
+
+def check_joinable(cache_dir: str, budget: int) -> None:
+    """Refuse ``budget`` now if a store holds ``cache_dir`` with another one (what the
+    store's open would refuse; ``aicache mount`` asks before it detaches, so the error
+    reaches the caller's terminal)."""
+    try:
+        fd = os.open(os.path.join(cache_dir, "users"), os.O_RDONLY)
+    except OSError:
+        return  # no store has opened it yet
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return  # nobody holds it: this budget will be the directory's
+        except BlockingIOError:
+            pass
+        recorded = recorded_budget(cache_dir)
+        settle_budget(cache_dir, budget, None if recorded is None else str(recorded), alone=False)
+    finally:
+        os.close(fd)
 
 
 def settle_budget(cache_dir: str, budget: int, recorded: str | None, alone: bool) -> None:
