@@ -109,3 +109,16 @@ def test_a_second_mount_with_another_budget_is_refused_naming_both(tmp_path: Pat
     finally:
         subprocess.run([*cli, "umount", str(m1)], capture_output=True, timeout=60)
     assert not os.path.ismount(m1)
+
+
+def test_cache_clear_repairs_a_users_entry_of_the_wrong_type(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    BlockStore(d, MiB, BLOCK).close()
+    (d / "users").unlink()
+    (d / "users").mkdir()  # a directory where the budget lock file should be
+    r = subprocess.run([sys.executable, "-m", "aicache.cli.main", "cache", "clear", "--cache-dir",
+                        str(d), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert str(d / "users") in r.stdout
+    with BlockStore(d, MiB, BLOCK) as st:
+        assert st.capacity == MiB

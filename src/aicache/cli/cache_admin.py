@@ -125,8 +125,9 @@ def run(args: argparse.Namespace) -> int:
         out: dict[str, Any]
         if args.action == "stats":
             totals = read_totals(store.cache_dir)
-            out = {**asdict(store.stats()), **totals.values, "hit_ratio": totals.hit_ratio,
-                   "live_engines": totals.live}
+            v = totals.values
+            out = {**asdict(store.stats()), "hits": v["hits"], "misses": v["misses"],
+                   "hit_ratio": totals.hit_ratio, **v, "live_engines": totals.live}
         elif args.action == "verify":
             res = store.verify(clean=not args.no_clean)
             out = {"cache_dir": store.cache_dir, **asdict(res),

@@ -441,12 +441,13 @@ class BlockStore:
     def repair_layout(cache_dir: str | os.PathLike[str]) -> list[str]:
         """Remove the cache directory's entries that have the wrong type (``blocks/``,
         ``tmp/`` not directories, ``lock`` not a regular file, ``index.sqlite`` a
-        directory): what ``aicache cache clear`` does first, so that it always works.
+        directory, ``users`` not a file, ``stats/`` not a directory): what ``aicache cache
+        clear`` does first, so that it always works.
         Returns the paths removed."""
         d = os.fspath(cache_dir)
         removed = []
         for name, want_dir in (("blocks", True), ("tmp", True), ("lock", False),
-                               ("index.sqlite", False)):
+                               ("index.sqlite", False), ("users", False), ("stats", True)):
             p = os.path.join(d, name)
             if not os.path.lexists(p):
                 continue
