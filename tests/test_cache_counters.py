@@ -141,3 +141,33 @@ def test_warmup_prefills_what_a_later_fsspec_job_reads_as_hits(s3_dataset, tmp_p
     bad = subprocess.run(argv[:4] + [f"s3://{s3_dataset.bucket}/nope", *argv[5:]],
                          capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_a_live_mount_flushes_its_counters_while_it_runs(tmp_path: Path) -> None:
+    import time
+
+    src, mnt, cache = tmp_path / "src", tmp_path / "m", tmp_path / "c"
+    src.mkdir()
+    mnt.mkdir()
+    data = {f"f{i}.bin": os.urandom(BLOCK * (i + 1) + 7) for i in range(3)}
+    for name, b in data.items():
+        (src / name).write_bytes(b)
+    blocks = sum(math.ceil(len(b) / BLOCK) for b in data.values())
+    r = _cli("mount", str(src), str(mnt), "--cache-dir", str(cache), "--cache-size", "16MiB",
+             "--block-size", str(BLOCK), "--policy", "lru")
+    assert r.returncode == 0, r.stderr
+    try:
+        for name, b in data.items():
+            assert (mnt / name).read_bytes() == b
+        deadline = time.monotonic() + 30  # the mount writes its counters once a second
+        while True:
+            out = json.loads(_cli("cache", "stats", "--cache-dir", str(cache), "--json").stdout)
+            if out["misses"] == blocks or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert out["misses"] == blocks and out["live_engines"] == 1
+        assert out["remote_bytes"] == sum(len(b) for b in data.values())
+    finally:
+        _cli("umount", str(mnt))
+    out = json.loads(_cli("cache", "stats", "--cache-dir", str(cache), "--json").stdout)
+    assert out["misses"] == blocks  # (the mount's process may still be exiting here)
