@@ -348,7 +348,8 @@ class SariaSSDTier(SecondaryTierManager):
                 dropped.extend(self._keys_of(moves.ssd_drops))
             if store.ssd is not None:
                 store.ssd.drain()  # the writes ran on the store's I/O pool
-            ok, failed = [], []
+            ok: list[StoreKey] = []
+            failed: list[StoreKey] = []
             for sk, _ in todo:  # a failed write was forgotten by the store
                 (ok if store.lookup(sk[0], [sk[1]], begin=False).hit_blocks else failed).append(sk)
         except Exception:  # noqa: BLE001 - a job must report, never hang the manager
@@ -395,10 +396,10 @@ class SariaSSDTier(SecondaryTierManager):
         self._done.put(_Done(job_id, True, ok, failed, [], nbytes, time.perf_counter() - t0))
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self) -> dict[str, float | int | str]:
+    def metrics(self) -> dict[str, float | int | str | None]:
         """Counters as a JSON-able dict: bytes written, admissions declined, lifetime."""
         m = self.m
-        out: dict[str, float | int | str] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
+        out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
         out["admission"] = self.rule.label
         ssd = self._store.ssd
         if ssd is not None:

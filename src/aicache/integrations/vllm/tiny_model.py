@@ -23,8 +23,8 @@ def build_tiny_llama(directory: Path, *, hidden: int = 256, layers: int = 2,
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
                       num_hidden_layers=layers, num_attention_heads=hidden // 64,
                       num_key_value_heads=2, max_position_embeddings=2048,
-                      torch_dtype="bfloat16")
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+                      torch_dtype="bfloat16")  # type: ignore[call-arg]
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)  # type: ignore[arg-type]
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
