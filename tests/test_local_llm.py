@@ -193,3 +193,32 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     finally:
         advisor.hold.set()
         e.close()
+
+
+FULL_TRANSCRIPT = Path(__file__).parent / "data" / "gemma3-270m-W1-scale0.05.jsonl"
+
+
+def test_full_window_transcript_replays_through_the_cli(tmp_path: Path) -> None:
+    """A recorded real-LLM run of W1 at scale 0.05 with the default controller (1,000-ID
+    windows): ``aicache sim datacache --advisor replay:FILE`` answers every diagnosis from
+    it (no missing key) and prints the same JSON twice; the gate took exactly the recorded
+    answers with c >= tau."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "aicache.cli.main", "sim", "datacache", "--workload", "W1",
+           "--scale", "0.05", "--system", "chiron", "--advisor", f"replay:{FULL_TRANSCRIPT}", "--json"]
+    outs = [subprocess.run(cmd, capture_output=True, check=True).stdout for _ in range(2)]
+    assert outs[0] == outs[1]
+    d = json.loads(outs[0])
+    replay = ReplayAdvisor(FULL_TRANSCRIPT)
+    from aicache.sim.datacache import load_workload, simulate_datacache
+
+    again = simulate_datacache(load_workload("W1", scale=0.05, seed=0), "chiron", None, advisor=replay, seed=0).to_dict()
+    assert "missing key" not in replay.counters.errors and replay.reused == 0
+    assert replay.counters.calls == len(replay) == d["advisor_calls"]
+    entries = _entries(FULL_TRANSCRIPT)
+    advices = [a for a in (parse_advice(e["response"])[0] for e in entries) if a is not None]  # type: ignore[arg-type]
+    assert d["rejected_advice"] == sum(a.confidence < TAU for a in advices)
+    assert d["no_advice"] == len(entries) - len(advices)
+    assert again["jct_seconds"] == d["jct_seconds"]
