@@ -541,6 +541,15 @@ class SAECache(PrefixPolicy):
                 ob = NB - 1
         return q, rt, ob, (q * NT + rt) * NB + ob
 
+    # The lowest queue whose groups are kept in ``_nonempty`` (and so in the heap): here
+    # evict-first (queue 0) is popped LRU from its one group instead; the seed variant
+    # heaps every queue (0).
+    _QMIN = 1
+
+    def _entry(self, b: _Blk, now: float, gid: int) -> tuple[float, int, int]:
+        """The heap entry of group ``gid`` whose head is ``b``: ordered by P, then age."""
+        return (self._prio(b, now), b.seq, gid)
+
     def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
         """Put ``b`` (not in group ``gid``) at the tail of group ``gid``."""
         if b.q >= 0:
@@ -551,10 +560,10 @@ class SAECache(PrefixPolicy):
         g[b.key] = b
         self._res_tokens[q] += b.tokens
         self._res_count[q] += 1
-        if q and len(g) == 1:
+        if q >= self._QMIN and len(g) == 1:
             self._nonempty.add(gid)
             if self._hnow == now and self._hver == self._version:
-                heapq.heappush(self._heap, (self._prio(b, now), b.seq, gid))
+                heapq.heappush(self._heap, self._entry(b, now, gid))
 
     def _unplace(self, b: _Blk) -> None:
         g = self._groups[b.gid]
@@ -562,7 +571,7 @@ class SAECache(PrefixPolicy):
         q = b.q
         self._res_tokens[q] -= b.tokens
         self._res_count[q] -= 1
-        if q and not g:
+        if q >= self._QMIN and not g:
             self._nonempty.discard(b.gid)
 
     # -- events -------------------------------------------------------------------------
@@ -790,21 +799,24 @@ class SAECache(PrefixPolicy):
     def order(self, now: float) -> Iterator[Key]:
         """Resident keys in victim order (what successive :meth:`victim` calls would return
         if nothing changed in between), without changing anything."""
-        yield from self._groups[0]
-        heap: list[tuple[float, int, int, _Blk]] = []
+        if self._QMIN:  # queue 0 is outside the heap: it goes first, in LRU order
+            yield from self._groups[0]
+        # entries are _entry(...) + (head,): seq is unique, so the head is never compared
+        heap: list[tuple[Any, ...]] = []
         iters: dict[int, Iterator[_Blk]] = {}
         for gid in self._nonempty:
             it = iter(self._groups[gid].values())
             b = next(it)
             iters[gid] = it
-            heap.append((self._prio(b, now), b.seq, gid, b))
+            heap.append(self._entry(b, now, gid) + (b,))
         heapq.heapify(heap)
         while heap:
-            _, _, gid, b = heapq.heappop(heap)
+            e = heapq.heappop(heap)
+            gid, b = e[-2], e[-1]
             yield b.key
             nb = next(iters[gid], None)
             if nb is not None:
-                heapq.heappush(heap, (self._prio(nb, now), nb.seq, gid, nb))
+                heapq.heappush(heap, self._entry(nb, now, gid) + (nb,))
 
     def __contains__(self, key: object) -> bool:
         return key in self._blocks
@@ -956,33 +968,16 @@ class SAECacheSeed(SAECache):
         if q == 1 and self._pos_on and ghost is not None:
             self._pos_reuse[offset_bucket(i)] += 1.0
 
-    def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
-        if b.q >= 0:
-            self._unplace(b)
-        b.q = q
-        b.gid = gid
-        g = self._groups[gid]
-        g[b.key] = b
-        self._res_tokens[q] += b.tokens
-        self._res_count[q] += 1
-        if len(g) == 1:
-            self._nonempty.add(gid)
-            if self._hnow == now and self._hver == self._version:
-                heapq.heappush(self._heap, (q > 0, self._prio(b, now), b.seq, gid))  # type: ignore[arg-type]
+    _QMIN = 0  # every queue's groups are heaped; evict-first ones sort first
 
-    def _unplace(self, b: _Blk) -> None:
-        g = self._groups[b.gid]
-        del g[b.key]
-        self._res_tokens[b.q] -= b.tokens
-        self._res_count[b.q] -= 1
-        if not g:
-            self._nonempty.discard(b.gid)
+    def _entry(self, b: _Blk, now: float, gid: int) -> tuple[bool, float, int, int]:  # type: ignore[override]
+        return (b.q > 0, self._prio(b, now), b.seq, gid)
 
     def _rebuild(self, now: float) -> None:
         heap = []
         for gid in self._nonempty:
             b = next(iter(self._groups[gid].values()))
-            heap.append((b.q > 0, self._prio(b, now), b.seq, gid))
+            heap.append(self._entry(b, now, gid))
         heapq.heapify(heap)
         self._heap = heap  # type: ignore[assignment]
         self._hnow = now
@@ -1000,12 +995,12 @@ class SAECacheSeed(SAECache):
                 continue
             b = next(iter(g.values()))
             if b.seq != seq:  # stale head
-                heapq.heapreplace(heap, (b.q > 0, self._prio(b, now), b.seq, gid))  # type: ignore[arg-type]
+                heapq.heapreplace(heap, self._entry(b, now, gid))  # type: ignore[arg-type]
                 continue
             self._unplace(b)
             if g:
                 nb = next(iter(g.values()))
-                heapq.heapreplace(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid))  # type: ignore[arg-type]
+                heapq.heapreplace(heap, self._entry(nb, now, gid))  # type: ignore[arg-type]
             else:
                 heapq.heappop(heap)
             break
@@ -1033,22 +1028,6 @@ class SAECacheSeed(SAECache):
             return
         self._unplace(b)
         self._forgotten(b)
-
-    def order(self, now: float) -> Iterator[Key]:
-        heap: list[tuple[bool, float, int, int, _Blk]] = []
-        iters: dict[int, Iterator[_Blk]] = {}
-        for gid in self._nonempty:
-            it = iter(self._groups[gid].values())
-            b = next(it)
-            iters[gid] = it
-            heap.append((b.q > 0, self._prio(b, now), b.seq, gid, b))
-        heapq.heapify(heap)
-        while heap:
-            _, _, _, gid, b = heapq.heappop(heap)
-            yield b.key
-            nb = next(iters[gid], None)
-            if nb is not None:
-                heapq.heappush(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid, nb))
 
     def _learn_boundary(self) -> None:
         st = self.state
