@@ -130,10 +130,11 @@ def _dead_here(name: str, host: str | None = None) -> bool:
     parts = name[:-5].rsplit("-", 2)
     if len(parts) != 3 or parts[0] != (host or socket.gethostname()) or not parts[1].isdigit():
         return False
-    return not _alive(int(parts[1]))
+    return not pid_alive(int(parts[1]))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (one we may not signal still runs)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -114,6 +114,7 @@ from typing import Any
 
 from aicache.datacache.budget import (DEFAULT_FREE_SPACE_RATIO, check_free_space_ratio,
                                       disk_capped, join_users, settle_budget)
+from aicache.datacache.counters import pid_alive
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
 
 log = logging.getLogger(__name__)
@@ -1188,14 +1189,4 @@ def _listdir(path: str) -> list[str]:
 def _live_tmp(name: str) -> bool:
     """Whether temp file ``name`` (``<pid>-…``) belongs to a live process."""
     pid = name.split("-", 1)[0]
-    return pid.isdigit() and _pid_alive(int(pid))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid.isdigit() and pid_alive(int(pid))
