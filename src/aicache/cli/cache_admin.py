@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -148,20 +147,15 @@ def check_cache_dir(path: str, clearing: bool = False) -> None:
     index whose recorded block size is not a positive number (no engine writes one). A
     ``clear`` of the latter drops the index first (it empties the cache anyway), so that
     ``aicache cache clear`` always works."""
+    from aicache.datacache.budget import index_meta
+
     index = os.path.join(path, "index.sqlite")
     if os.path.isdir(path) and os.path.isfile(index) and not os.access(path, os.W_OK):
         raise BadInput(f"--cache-dir {path!r} is read-only for this user; aicache cache takes "
                        "the cache's lock, so run it as the cache's owner or on a writable mount")
-    try:
-        db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
-        try:
-            row = db.execute("SELECT v FROM meta WHERE k = 'block_size'").fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return  # no index, or a damaged one: the store reports or rebuilds it
+    row = index_meta(path, "block_size")
     if row is None:
-        return
+        return  # no index, a damaged one (the store reports or rebuilds it), or no record
     try:
         ok = int(row[0]) > 0
     except (TypeError, ValueError):

@@ -24,6 +24,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from aicache.errors import BadInput
 from aicache.units import format_bytes
@@ -71,19 +72,30 @@ def join_users(fd: int) -> bool:
     return alone
 
 
-def recorded_budget(cache_dir: str) -> int | None:
-    """The budget the cache directory's index records (None: no cache there, or no record)."""
+def index_meta(cache_dir: str, key: str) -> tuple[Any, ...] | None:
+    """The ``meta`` row ``key`` of the cache directory's index, read without taking the
+    store's lock or writing anything (None: no index, a damaged one, or no such row)."""
     index = os.path.join(cache_dir, "index.sqlite")
     if not os.path.isfile(index):
         return None
     try:
         db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
         try:
-            row = db.execute("SELECT v FROM meta WHERE k = 'capacity'").fetchone()
+            row: tuple[Any, ...] | None = db.execute(
+                "SELECT v FROM meta WHERE k = ?", (key,)).fetchone()
         finally:
             db.close()
+    except sqlite3.Error:
+        return None
+    return row
+
+
+def recorded_budget(cache_dir: str) -> int | None:
+    """The budget the cache directory's index records (None: no cache there, or no record)."""
+    row = index_meta(cache_dir, "capacity")
+    try:
         return int(row[0]) if row else None
-    except (sqlite3.Error, ValueError):
+    except ValueError:
         return None
 
 
