@@ -101,20 +101,23 @@ def _small_objects(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
     return ids, np.ones(len(ids), dtype=np.int64), draw(st.integers(4, 40))
 
 
+# small traces, with and without removals: 2Q and GDSF both agree on every request
+@pytest.mark.parametrize("policy", ["2q", "gdsf"])
 @settings(max_examples=60)
 @given(case=_small_objects())
-def test_2q_identical_on_small_traces(case: tuple[np.ndarray, np.ndarray, int]) -> None:
+def test_identical_on_small_traces(policy: str, case: tuple[np.ndarray, np.ndarray, int]) -> None:
     ids, sizes, cap = case
-    assert first_mismatch(lcs_run("2q", ids, sizes, cap, "objects"),
-                          run_ours("2q", ids, sizes, cap, "objects")) == -1
+    assert first_mismatch(lcs_run(policy, ids, sizes, cap, "objects"),
+                          run_ours(policy, ids, sizes, cap, "objects")) == -1
 
 
+@pytest.mark.parametrize("policy", ["2q", "gdsf"])
 @settings(max_examples=40)
 @given(data=st.data())
-def test_2q_identical_with_removals(data: st.DataObject) -> None:
+def test_identical_with_removals(policy: str, data: st.DataObject) -> None:
     ids, sizes, cap = data.draw(_small_objects())
     is_removal = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
-    _lockstep("2q", ids, sizes, is_removal, cap, "objects")
+    _lockstep(policy, ids, sizes, is_removal, cap, "objects")
 
 
 def test_2q_separates_from_lru_on_a_scan() -> None:
@@ -147,22 +150,6 @@ def test_gdsf_close_in_bytes_mode(kind: str) -> None:
         ours = run_ours("gdsf", ids, sizes, cap, "bytes")
         tol = 0.02 if frac < 0.05 else 0.005
         assert abs(theirs.miss_ratio - ours.miss_ratio) <= tol, (kind, frac)
-
-
-@settings(max_examples=60)
-@given(case=_small_objects())
-def test_gdsf_identical_on_small_traces(case: tuple[np.ndarray, np.ndarray, int]) -> None:
-    ids, sizes, cap = case
-    assert first_mismatch(lcs_run("gdsf", ids, sizes, cap, "objects"),
-                          run_ours("gdsf", ids, sizes, cap, "objects")) == -1
-
-
-@settings(max_examples=40)
-@given(data=st.data())
-def test_gdsf_identical_with_removals(data: st.DataObject) -> None:
-    ids, sizes, cap = data.draw(_small_objects())
-    is_removal = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
-    _lockstep("gdsf", ids, sizes, is_removal, cap, "objects")
 
 
 def _paper_gdsf(ids: list[int], sizes: list[int], cap: int) -> list[bool]:
