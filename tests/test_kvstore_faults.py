@@ -141,6 +141,19 @@ def _slot_place(store: TieredKVStore, node: object) -> tuple[Path, int]:
     return ssd.dir / f"slab-{slab:05d}.bin", i * ssd.slot_disk_bytes
 
 
+def _swap_slots(pa: Path, oa: int, pb: Path, ob: int, size: int) -> None:
+    """Exchange the ``size``-byte slots at ``pa``:``oa`` and ``pb``:``ob`` on disk."""
+    with open(pa, "r+b") as fa, open(pb, "r+b") as fb:
+        fa.seek(oa)
+        slot_a = fa.read(size)
+        fb.seek(ob)
+        slot_b = fb.read(size)
+        fa.seek(oa)
+        fa.write(slot_b)
+        fb.seek(ob)
+        fb.write(slot_a)
+
+
 def test_swapped_slots_are_a_miss_then_recovered_by_their_headers(tmp_path: Path) -> None:
     """Two valid blocks with the same hash under different prefixes trade slots behind
     the store's back (a misdirected write): the open store refuses them (identity, not
@@ -155,15 +168,7 @@ def test_swapped_slots_are_a_miss_then_recovered_by_their_headers(tmp_path: Path
     b = store.index.tree.match("m", [3, 2])[1]
     (pa, oa), (pb, ob) = _slot_place(store, a), _slot_place(store, b)
     size = store.ssd.slot_disk_bytes  # type: ignore[union-attr]
-    with open(pa, "r+b") as fa, open(pb, "r+b") as fb:
-        fa.seek(oa)
-        slot_a = fa.read(size)
-        fb.seek(ob)
-        slot_b = fb.read(size)
-        fa.seek(oa)
-        fa.write(slot_b)
-        fb.seek(ob)
-        fb.write(slot_a)
+    _swap_slots(pa, oa, pb, ob, size)
     try:
         assert store.lookup("m", [1, 2], now=3.0, begin=False).sources == [Tier.SSD] * 2
         assert_whole_chain(store, [1, 2], 1)  # block 2 is a miss, never [3,2]'s bytes
@@ -191,15 +196,7 @@ def test_swapped_slots_found_by_recovery_follow_their_headers(tmp_path: Path) ->
     (pa, oa), (pb, ob) = _slot_place(store, a), _slot_place(store, b)
     size = store.ssd.slot_disk_bytes  # type: ignore[union-attr]
     store.close()
-    with open(pa, "r+b") as fa, open(pb, "r+b") as fb:
-        fa.seek(oa)
-        slot_a = fa.read(size)
-        fb.seek(ob)
-        slot_b = fb.read(size)
-        fa.seek(oa)
-        fa.write(slot_b)
-        fb.seek(ob)
-        fb.write(slot_a)
+    _swap_slots(pa, oa, pb, ob, size)
     store = TieredKVStore(params(d))
     try:
         assert store.recovered_blocks == 4
