@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fsfixtures import mount_tmpfs
 
 from aicache.kv.models import ModelSpec
 from aicache.kv.saria import AdmissionRule, KVIndexParams, Tier
@@ -168,16 +169,6 @@ def test_torn_block_is_never_served(tmp_path: Path) -> None:
     store.close()
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                           capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
-
-
 def fill_disk(where: Path, leave: int) -> Path:
     """Another writer fills the filesystem until only ``leave`` bytes are free."""
     st = os.statvfs(where)
@@ -229,7 +220,7 @@ def _full_disk_scenario(d: Path, mounted: bool) -> None:
 def test_full_disk_stops_admissions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fills up after the open (another writer): admissions stop with a warning."""
     mnt = tmp_path / "tmpfs"
-    if _mount_tmpfs(mnt, "4m"):  # 40 slots × 68 KiB fit at open, then the filler takes it
+    if mount_tmpfs(mnt, "4m"):  # 40 slots × 68 KiB fit at open, then the filler takes it
         try:
             _full_disk_scenario(mnt / "kv", True)
         finally:

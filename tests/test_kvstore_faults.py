@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fsfixtures import mount_tmpfs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -223,22 +224,12 @@ def test_failed_open_gives_the_directory_back(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- budget vs free disk
-def _tmpfs(where: Path, size: str) -> bool:
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                           capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A 1 MiB filesystem: a real tmpfs, or (where mounting is not allowed) free space
     and allocation limited to 1 MiB by wrapping ``statvfs`` / ``posix_fallocate``."""
     mnt = tmp_path / "small"
-    if _tmpfs(mnt, "1m"):
+    if mount_tmpfs(mnt, "1m"):
         yield mnt
         subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=20)
         return
