@@ -9,13 +9,11 @@ from statistics import NormalDist
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_saecache_policy import TYPES, _request, _trace, _view
 
-from aicache.kv.prefix_policies import RequestView, make_prefix_policy
+from aicache.kv.prefix_policies import make_prefix_policy
 from aicache.kv.saecache import SAECacheSeed, SAEState, Queue, TOKEN_TYPES
 from aicache.sim.prefix import simulate
-from aicache.traces.base import KVRequest
-
-TYPES = ["system", "user", "assistant", "reasoning", "tool", "decode"]
 
 
 def seed_priority(f: dict, q: int, tau: int, o: int, last: float, now: float) -> float:
@@ -56,29 +54,6 @@ class _Checked(SAECacheSeed):
         return got
 
 
-_request = st.tuples(st.integers(0, 5), st.floats(0.0, 120.0),
-                     st.lists(st.integers(0, 11), min_size=1, max_size=6),
-                     st.lists(st.sampled_from(TYPES), min_size=6, max_size=6), st.booleans())
-
-
-def _trace(spec) -> list[KVRequest]:  # type: ignore[no-untyped-def]
-    t, out, turns = 0.0, [], {}
-    for sess, gap, ids, types, tool in spec:
-        t += gap
-        turns[sess] = turns.get(sess, 0) + 1
-        chained, prev = [], 0
-        for b in ids:
-            prev = prev * 13 + b + 1
-            chained.append(prev)
-        out.append(KVRequest(timestamp=t, input_length=16 * len(ids) - 3, output_length=20,
-                             hash_ids=chained, block_tokens=16, session_id=f"s{sess}",
-                             turn=turns[sess], block_types=types[:len(ids)],
-                             request_type="tool" if tool else "text",
-                             extra={"output_hash_ids": [10**9 + len(out)],
-                                    "output_block_types": [types[-1]]}))
-    return out
-
-
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_request, min_size=1, max_size=40), st.integers(16, 200), st.booleans())
 def test_victim_is_the_brute_force_minimum_of_the_seed_formula(spec, capacity, learn) -> None:  # type: ignore[no-untyped-def]
@@ -93,14 +68,6 @@ def test_the_brute_force_check_is_exercised() -> None:
     reqs = _trace([(i % 3, 3.0 * (i % 4), [i % 4, i % 5, 1, 2], TYPES, i % 2 == 0) for i in range(40)])
     simulate(reqs, _Checked(60, update_every=1, gamma_every=2), 60)
     assert _Checked.checked > 20
-
-
-def _view(session: str, turn: int, types: list[str]) -> RequestView:
-    v = RequestView()
-    v.session_id, v.turn, v.block_types = session, turn, types
-    v.hash_ids = list(range(len(types)))
-    v.request_type = "text"
-    return v
 
 
 def _fixed() -> SAECacheSeed:
