@@ -135,6 +135,20 @@ class _Readers:
         return rcs
 
 
+
+def _rejoin_and_quit(readers: _Readers) -> None:
+    """Every reader finds the running daemon again, once, and then exits cleanly."""
+    back = readers.ask("until-connected")
+    assert all(r["connected"] and r["reconnects"] == 1 for r in back)
+    assert readers.close() == [0] * READERS
+
+
+def _stop(daemon: subprocess.Popen[bytes], readers: _Readers) -> None:
+    daemon.kill()
+    daemon.wait()
+    readers.close()
+
+
 @pytest.fixture()
 def dataset(tmp_path) -> tuple[str, str]:
     src = tmp_path / "src"
@@ -170,13 +184,9 @@ def test_a_stopped_daemon_costs_each_reader_one_bounded_wait_and_they_rejoin_it(
             assert all(r["timeouts"] == 1 and not r["connected"] for r in again)
         finally:
             os.kill(daemon.pid, signal.SIGCONT)
-        back = readers.ask("until-connected")
-        assert all(r["connected"] and r["reconnects"] == 1 for r in back)
-        assert readers.close() == [0] * READERS
+        _rejoin_and_quit(readers)
     finally:
-        daemon.kill()
-        daemon.wait()
-        readers.close()
+        _stop(daemon, readers)
 
 
 def test_a_killed_daemon_leaves_readers_reading_and_a_new_one_takes_them_back(dataset) -> None:
@@ -197,10 +207,6 @@ def test_a_killed_daemon_leaves_readers_reading_and_a_new_one_takes_them_back(da
         assert all(not r["connected"] and r["failures"] + r["timeouts"] >= 1
                    and r["timeouts"] <= 1 for r in gone), gone
         daemon = _daemon(cache)  # a fresh daemon, empty block map: readers re-register theirs
-        back = readers.ask("until-connected")
-        assert all(r["connected"] and r["reconnects"] == 1 for r in back)
-        assert readers.close() == [0] * READERS
+        _rejoin_and_quit(readers)
     finally:
-        daemon.kill()
-        daemon.wait()
-        readers.close()
+        _stop(daemon, readers)
