@@ -152,9 +152,12 @@ def test_gdsf_close_in_bytes_mode(kind: str) -> None:
         assert abs(theirs.miss_ratio - ours.miss_ratio) <= tol, (kind, frac)
 
 
-def _paper_gdsf(ids: list[int], sizes: list[int], cap: int) -> list[bool]:
-    """Cherkasova's pseudo-code, brute force: on a miss evict min H (L = min H) until the
-    object fits, then H(p) = L + F(p) * 1e6 / S(p); ties to the oldest H."""
+def _brute_gdsf(ids: list[int], sizes: list[int], cap: int, insert_first: bool) -> list[bool]:
+    """GDSF brute force, H(p) = L + F(p) * 1e6 / S(p), ties to the oldest H, L = the last
+    evicted H. ``insert_first=False`` is Cherkasova's pseudo-code: on a miss evict min H
+    until the object fits, then insert it. ``True`` is what the libcachesim package's GDSF
+    does: insert the missed object with the current L, then evict the lowest
+    (priority, stamp) — it included — until it fits."""
     inflation, h, freq, size, used, stamp, hits = 0.0, {}, {}, {}, 0, 0, []
     for k, s in zip(ids, sizes):
         stamp += 1
@@ -166,14 +169,18 @@ def _paper_gdsf(ids: list[int], sizes: list[int], cap: int) -> list[bool]:
         hits.append(False)
         if s > cap:
             continue
-        while used + s > cap:
+        if insert_first:
+            freq[k], size[k], h[k] = 1, s, (inflation + 1.0e6 / s, stamp)
+            used += s
+        while used + (0 if insert_first else s) > cap:
             v = min(h, key=h.__getitem__)
             inflation = h[v][0]
             used -= size.pop(v)
             del h[v], freq[v]
-        freq[k], size[k] = 1, s
-        h[k] = (inflation + 1.0e6 / s, stamp)
-        used += s
+        if not insert_first:
+            freq[k], size[k] = 1, s
+            h[k] = (inflation + 1.0e6 / s, stamp)
+            used += s
     return hits
 
 
@@ -188,7 +195,7 @@ def test_gdsf_evict_first_is_the_paper(mode: str) -> None:
         cap = capacity(ids, sizes, mode, frac)
         cache = Cache(cap, GDSF(cap, evict_first=True), size_mode=mode)
         ours = [cache.request(k, s, float(i)) for i, (k, s) in enumerate(zip(ids.tolist(), req))]
-        assert ours == _paper_gdsf(ids.tolist(), req, cap), (mode, cap)
+        assert ours == _brute_gdsf(ids.tolist(), req, cap, insert_first=False), (mode, cap)
 
 
 def test_gdsf_keeps_small_objects_where_lru_keeps_large_ones() -> None:
@@ -200,30 +207,6 @@ def test_gdsf_keeps_small_objects_where_lru_keeps_large_ones() -> None:
         run_ours("lru", ids, sizes, cap, "bytes").miss_ratio - 0.05
 
 
-def _lcs_gdsf(ids: list[int], sizes: list[int], cap: int) -> list[bool]:
-    """What the libcachesim package's GDSF does, brute force: insert the missed object with
-    the current L, then evict the lowest (priority, stamp) — it included — until it fits."""
-    inflation, h, freq, size, used, stamp, hits = 0.0, {}, {}, {}, 0, 0, []
-    for k, s in zip(ids, sizes):
-        stamp += 1
-        if k in h:
-            freq[k] += 1
-            h[k] = (inflation + freq[k] * 1.0e6 / size[k], stamp)
-            hits.append(True)
-            continue
-        hits.append(False)
-        if s > cap:
-            continue
-        freq[k], size[k], h[k] = 1, s, (inflation + 1.0e6 / s, stamp)
-        used += s
-        while used > cap:
-            v = min(h, key=h.__getitem__)
-            inflation = h[v][0]
-            used -= size.pop(v)
-            del h[v], freq[v]
-    return hits
-
-
 @pytest.mark.parametrize("mode", ["objects", "bytes"])
 def test_gdsf_libcachesim_order_is_insert_then_evict(mode: str) -> None:
     """The order GDSF's module states for libcachesim (and so its bytes-mode departure) is
@@ -232,4 +215,5 @@ def test_gdsf_libcachesim_order_is_insert_then_evict(mode: str) -> None:
     req = [1] * len(ids) if mode == "objects" else sizes.tolist()
     for frac in FRACTIONS:
         cap = capacity(ids, sizes, mode, frac)
-        assert lcs_run("gdsf", ids, sizes, cap, mode).hits.tolist() == _lcs_gdsf(ids.tolist(), req, cap)
+        assert lcs_run("gdsf", ids, sizes, cap, mode).hits.tolist() == \
+            _brute_gdsf(ids.tolist(), req, cap, insert_first=True)
