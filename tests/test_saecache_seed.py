@@ -45,11 +45,12 @@ class _Checked(SAECacheSeed):
         scores = {k: seed_priority(f, *infos[k][:4], now) for k in pool}
         got = super().victim(now)
         best = min(scores.values())
-        # the minimum P; among (numerically) equal P the oldest touch
+        # the minimum P; among (numerically) equal finite positive P the oldest touch
         tied = [k for k in pool if math.isclose(scores[k], best, rel_tol=1e-9, abs_tol=1e-300)
                 or scores[k] == best]
         assert got in tied, (got, scores[got], best)
-        assert infos[got][4] == min(infos[k][4] for k in tied)
+        if 0.0 < best < math.inf:  # P = 0 (o = o_max, survival underflow) or +inf: any tied
+            assert infos[got][4] == min(infos[k][4] for k in tied)
         type(self).checked += 1
         return got
 

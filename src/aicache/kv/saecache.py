@@ -839,8 +839,10 @@ class SAECacheSeed(SAECache):
       no p in the seed and is scored with p = 1 (the seed scores blocks "within each queue");
     * no δ: **Δt = 0 is guarded as P = +∞** (the formula's limit as Δt → 0⁺ for a positive
       numerator): a block touched at this very instant is evicted only after every block
-      with Δt > 0 in the same queue class; ties (equal P, including +∞ and 0) go to the
-      oldest touch first;
+      with Δt > 0 in the same queue class; ties in a finite positive P go to the oldest
+      touch first; among blocks at P = 0 (o_b = o_max, a survival that underflowed) or
+      P = +∞ any one may go (the heap compares a group's P from when it was pushed, and at
+      those values the formula itself no longer orders them);
     * routing as the seed states it: **decode-phase blocks → evict-first** (any session),
       reasoning → evict-first, the rest as in :class:`SAECache`;
     * the evict-first queue is emptied first, scored by the same P; structural/chat/agentic
