@@ -11,7 +11,7 @@ with 20 ms injected per request; the cache budget is the seed's ratio (1 GiB of 
 GiB). Prints JCT, CHR, remote traffic and per-phase CHR for each system, and Chiron's JCT
 and CHR against the best other system. ``--per-process-policy`` gives every loader worker
 its own policy instead of the cache directory's one policy daemon (to see what the daemon
-is for). See :mod:`aicache.datacache.workload`.
+is for). See :mod:`aicache.experiments.datacache_job`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import sys
 import time
 
-from aicache.datacache.workload import SYSTEMS, JobParams, run_systems, table_rows
+from aicache.experiments.datacache_job import SYSTEMS, JobParams, run_systems, table_rows
 
 
 def main(argv: list[str] | None = None) -> int:

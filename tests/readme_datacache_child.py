@@ -34,7 +34,7 @@ def main(spec_path: str) -> None:
     os.makedirs("/mnt/dataset")
     os.makedirs("/mnt/nvme")
 
-    from aicache.datacache.remote import start_s3
+    from aicache.testing import start_s3
 
     server = start_s3(("bucket",))
     files = {f"bucket/dataset/part-{i}.bin": os.urandom(n) for i, n in enumerate((1, 3 << 20, 6 << 20))}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from aicache.datacache.remote import S3Server, start_s3
+from aicache.testing import S3Server, start_s3
 
 BLOCK = 64 * 1024
 

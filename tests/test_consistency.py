@@ -26,7 +26,7 @@ from s3fixtures import s3, s3_mount_options, start_mount, stop_mount  # noqa: F4
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.fs import AICacheFileSystem
 from aicache.datacache.fuse import fuse_available
-from aicache.datacache.remote import S3Server, SlowFileSystem
+from aicache.testing import S3Server, SlowFileSystem
 from aicache.datacache.store import BlockKey
 
 BLOCK = 64 * 1024

@@ -14,7 +14,7 @@ import pytest
 
 from aicache.cli.main import main
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.remote import SlowFileSystem
+from aicache.testing import SlowFileSystem
 from aicache.datacache.store import HEADER_SIZE, BlockKey
 
 BLOCK = 32 * 1024

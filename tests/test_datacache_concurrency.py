@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from aicache.datacache.fs import AICacheFileSystem
-from aicache.datacache.remote import SlowFileSystem
+from aicache.testing import SlowFileSystem
 from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 BLOCK = 32 * 1024
@@ -31,7 +31,7 @@ MAX_INFLIGHT = THREADS + PREFETCH + PROCS * (1 + PREFETCH)
 WORKER = textwrap.dedent("""
     import random, sys
     from aicache.datacache.fs import AICacheFileSystem
-    from aicache.datacache.remote import SlowFileSystem
+    from aicache.testing import SlowFileSystem
     src, cache, seed, budget, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     names = sorted(__import__("os").listdir(src))
     ref = {n: open(f"{src}/{n}", "rb").read() for n in names}

@@ -1,5 +1,5 @@
 """End to end on the real engine: the W1-like multi-phase PyTorch job
-(:mod:`aicache.datacache.workload`) over moto S3 with 20 ms per request, under nocache,
+(:mod:`aicache.experiments.datacache_job`) over moto S3 with 20 ms per request, under nocache,
 juicefs, alluxio and chiron.
 
 References: the job's plan (phase orders from the torch samplers, sample sizes from the
@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from aicache.datacache.workload import (
+from aicache.experiments.datacache_job import (
     SYSTEMS,
     JobParams,
     build_job_dataset,

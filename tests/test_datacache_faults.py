@@ -14,7 +14,7 @@ import time
 import pytest
 
 from aicache.datacache.engine import CacheEngine, EngineParams, RemoteReadError
-from aicache.datacache.remote import SlowFileSystem
+from aicache.testing import SlowFileSystem
 from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
 
 BLOCK = 64 * 1024
@@ -42,7 +42,7 @@ def engine(tmp_path, remote, policy="alluxio", size=64 * 1024 * 1024, **kw) -> C
 KILLED_WORKER = textwrap.dedent("""
     import sys
     from aicache.datacache.engine import CacheEngine, EngineParams
-    from aicache.datacache.remote import SlowFileSystem
+    from aicache.testing import SlowFileSystem
     path, cache, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
     e = CacheEngine(SlowFileSystem(latency=0.05), cache, 1 << 30, policy="juicefs",
                     params=EngineParams(block_size=block, max_prefetch=8))

@@ -73,7 +73,7 @@ _SWITCHED_MOUNT = """
 import sys
 import aicache.datacache.fuse as F
 from aicache.datacache.engine import EngineParams
-from aicache.datacache.remote import SlowFileSystem
+from aicache.testing import SlowFileSystem
 src, mnt, switch, port = sys.argv[1:5]
 
 def _knob(suffix):

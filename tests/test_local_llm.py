@@ -146,7 +146,7 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     advice the gate judged or counted no-advice."""
     from aicache.adaptive.systems import make_system
     from aicache.datacache.engine import CacheEngine, EngineParams
-    from aicache.datacache.remote import SlowFileSystem
+    from aicache.testing import SlowFileSystem
 
     block = 64 * 1024
     src = tmp_path / "src"

@@ -1,17 +1,14 @@
-"""Shared output helpers: a readable table by default, exact JSON with ``--json``,
-progress bars on stderr for long runs (hidden when stderr is not a terminal or under CI)."""
+"""The CLI's output: a readable table by default, exact JSON with ``--json``, and help
+text from a command's docstring. Progress bars live in :mod:`aicache.progress`, which the
+simulator and experiments use too (they sit below the CLI and must not import it)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def _clean(v: Any) -> Any:
@@ -82,49 +79,6 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "-"
     return str(v)
-
-
-def progress_enabled() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("CI") and not os.environ.get("AICACHE_NO_PROGRESS")
-
-
-@contextmanager
-def progress(total: float | None, description: str, *, enabled: bool | None = None) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields an object with ``advance(n)``."""
-    if enabled is None:
-        enabled = progress_enabled()
-    if not enabled:
-        yield _NullBar()
-        return
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=Console(file=sys.stderr), transient=True) as prog:
-        task = prog.add_task(description, total=total)
-        yield _Bar(prog, task)
-
-
-class _NullBar:
-    def advance(self, n: float = 1) -> None:
-        pass
-
-
-class _Bar:
-    def __init__(self, prog: Any, task: Any) -> None:
-        self._prog, self._task = prog, task
-
-    def advance(self, n: float = 1) -> None:
-        self._prog.advance(self._task, n)
-
-
-def track(items: Iterable[T], total: int | None, description: str) -> Iterator[T]:
-    with progress(total, description) as bar:
-        for x in items:
-            yield x
-            bar.advance(1)
 
 
 def help_text(doc: str | None) -> str:

@@ -61,7 +61,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aicache.cli.output import emit, progress
+    from aicache.cli.output import emit
+    from aicache.progress import progress
     from aicache.errors import BadInput
     from aicache.kv.eviction import DRAM_POLICIES
     from aicache.sim.kv import SYSTEMS, KVSimParams, prepare, simulate_kv, validate

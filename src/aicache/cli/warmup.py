@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     import fsspec
 
     from aicache.cli.mount import check_cache_dir, engine_config, remote_options_of
-    from aicache.cli.output import emit, progress
+    from aicache.cli.output import emit
+    from aicache.progress import progress
     from aicache.datacache.budget import recorded_budget
     from aicache.datacache.engine import CacheEngine
     from aicache.datacache.store import BlockKey

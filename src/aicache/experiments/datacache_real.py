@@ -1,7 +1,7 @@
 """``datacache-real``: the multi-phase PyTorch job through the *real* data cache.
 
 The simulator's ``chiron-e2e`` predicts; this experiment measures. Each cell runs the
-W1-like job of :mod:`aicache.datacache.workload` under one system (``nocache``,
+W1-like job of :mod:`aicache.experiments.datacache_job` under one system (``nocache``,
 ``juicefs``, ``alluxio``, ``chiron``): a moto S3 server started in the cell's process, the
 dataset written into it (seeded bytes), a ``DataLoader`` with 2 worker processes reading
 every sample through the ``aicache`` fsspec filesystem with 20 ms injected per request,
@@ -64,7 +64,7 @@ class DatacacheReal(Experiment):
 
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        from aicache.datacache.workload import JobParams, run_systems
+        from aicache.experiments.datacache_job import JobParams, run_systems
 
         jp = JobParams(workload=str(params.get("workload", "W1")), scale=float(params["scale"]),
                        seed=int(params.get("seed", 0)),

@@ -510,7 +510,7 @@ def run_experiment(
         else:
             ray_ctx = contextlib.nullcontext(None)
             executor = "in-process" if n_workers == 0 else f"process-pool({n_workers})"
-        from aicache.cli.output import progress as progress_bar
+        from aicache.progress import progress as progress_bar
 
         with ray_ctx as ray:
             if ray is not None:

@@ -219,10 +219,10 @@ def simulate(
     prefetched = prefetch_hits = 0
 
     if progress is None:
-        from aicache.cli.output import progress_enabled
+        from aicache.progress import progress_enabled
 
         progress = progress_enabled() and ws.requests >= PROGRESS_MIN_REQUESTS
-    from aicache.cli.output import progress as progress_bar
+    from aicache.progress import progress as progress_bar
 
     with progress_bar(ws.requests, f"{policy} on {os.path.basename(src.path)}", enabled=progress) as bar:
         batches: Iterator[RequestBatch] = (iter(ws.batches) if ws.batches is not None

@@ -1,4 +1,4 @@
-"""Remote-store helpers: a latency/bandwidth/fault-injecting fsspec wrapper and a local S3.
+"""A latency/bandwidth/fault-injecting fsspec wrapper, for tests, benchmarks and the demo.
 
 ``SlowFileSystem`` (protocol ``slow``) wraps any fsspec filesystem so a laptop shows what a
 250 ms object store does to a job: every request sleeps ``latency`` seconds plus
@@ -7,17 +7,15 @@ with probability ``timeout_rate`` it stalls ``timeout_s`` then raises ``TimeoutE
 the failures real S3 clients surface. Faults come from ``random.Random(seed)``, so a test's
 fault sequence is reproducible (given the same request order).
 
-``start_s3()`` runs moto's S3 server (the one s3fs's own test suite uses) on a free
-loopback port and returns its endpoint, for tests and the demo.
+Importing this module registers nothing; :func:`register_slow_protocol` makes ``slow://``
+URLs resolve, for code that names the wrapper by protocol rather than constructing it.
 """
 
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -98,53 +96,6 @@ class _SlowFile(AbstractBufferedFile):
         return self.fs.cat_file(self.path, start, end)
 
 
-fsspec.register_implementation("slow", SlowFileSystem, clobber=True)
-
-
-@dataclass(slots=True)
-class S3Server:
-    """A running moto S3 server; ``storage_options`` go to ``fsspec.filesystem("s3", ...)``."""
-
-    endpoint_url: str
-    server: Any
-
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        return {"key": "testing", "secret": "testing", "anon": False,
-                "client_kwargs": {"endpoint_url": self.endpoint_url},
-                "skip_instance_cache": True, "use_listings_cache": False}
-
-    def filesystem(self) -> AbstractFileSystem:
-        return fsspec.filesystem("s3", **self.storage_options)
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_s3(buckets: tuple[str, ...] = ()) -> S3Server:
-    """Start moto's S3 on a free loopback port (credentials: testing/testing)."""
-    import logging
-    import os
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    s3 = S3Server(endpoint_url=f"http://127.0.0.1:{port}", server=server)
-    fs = s3.filesystem()
-    for b in buckets:  # moto's state is per Python process: a bucket may already exist
-        if not fs.exists(b):
-            fs.mkdir(b)
-    return s3
+def register_slow_protocol() -> None:
+    """Make fsspec resolve ``slow://`` (and ``slow::`` chains) to :class:`SlowFileSystem`."""
+    fsspec.register_implementation(SlowFileSystem.protocol, SlowFileSystem, clobber=True)

@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from aicache.datacache.remote import S3Server, SlowFileSystem
+from aicache.testing import S3Server, SlowFileSystem
 from aicache.errors import BadInput
 
 #: the job's systems, in report order (the seed's baselines for the data cache + Chiron)
@@ -683,7 +683,7 @@ def run_systems(params: JobParams, systems: Sequence[str] = SYSTEMS, *,
                 progress: Callable[[str], None] | None = None) -> list[JobResult]:
     """Materialise the dataset in S3 (``server``, or a moto server started here) and run
     the job once per system, one after the other, each with a cold cache."""
-    from aicache.datacache.remote import start_s3
+    from aicache.testing import start_s3
 
     for s in systems:
         if s not in SYSTEMS:
