@@ -393,8 +393,7 @@ def test_fuse_operations_use_no_metadata_older_than_the_ttl(s3: S3Server, prefix
     remote = s3fs_with_listing_cache(s3)
     remote.pipe_file(f"{prefix}/a.bin", rand(50, BLOCK))
     clock = Clock()
-    ops = CacheFuse(lambda: engine(remote, tmp_path / "c", ttl=30.0, clock=clock), remote, prefix,
-                    metadata_ttl=30.0, clock=clock)
+    ops = CacheFuse(lambda: engine(remote, tmp_path / "c", ttl=30.0, clock=clock), prefix)
     ops.init("/")
     try:
         assert sorted(ops.readdir("/", 0)) == [".", "..", "a.bin"]

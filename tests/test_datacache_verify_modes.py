@@ -66,7 +66,7 @@ def fuse_ops(d, data: bytes, mode: str):  # type: ignore[no-untyped-def]
     target = fsspec.filesystem("file")
     ops = CacheFuse(lambda: CacheEngine(target, str(d / "cache"), 1 << 24, policy="lru",
                                         params=EngineParams(block_size=BLOCK, verify=mode)),
-                    target, str(d / "src"), splice_bytes=1 << 20)
+                    str(d / "src"), splice_bytes=1 << 20)
     ops.init("/")
     assert ops.engine is not None
     ops.engine.store._racy_ns = 0

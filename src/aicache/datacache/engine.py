@@ -259,6 +259,8 @@ class CacheEngine:
         self._prefetch_bytes = 0
         self._prefetch_count = 0
         self._meta: dict[str, tuple[FileMeta, float]] = {}
+        #: the target's ``info`` answers (None: no such path) and when they were asked
+        self._info: dict[str, tuple[dict[str, Any] | None, float]] = {}
         self._listed: set[str] = set()
         self._target_since: dict[str, float] = {}
         self._bases: dict[str, int] = {}
@@ -363,6 +365,57 @@ class CacheEngine:
                 self._target_since.clear()
             self._target_since[key] = t = now
         return t
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        """The target's ``info`` of ``path`` (None: no such path), from the metadata cache
+        while younger than ``metadata_ttl_s``, else asked through the remote's retries and
+        timeout (bypassing the target's own listing cache, as :meth:`stat` does). A path
+        that does not exist is remembered as such for the TTL too."""
+        now = self._clock()
+        hit = self._info.get(path)  # a dict read is atomic: no lock
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        self.target.invalidate_cache(path)
+        try:
+            info: dict[str, Any] | None = self._remote(self.target.info, path)
+        except FileNotFoundError:
+            info = None
+        self._remember_info(path, info, now)
+        return info
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        """The target's detailed listing of directory ``path``, no older than
+        ``metadata_ttl_s``, through the remote's retries and timeout; each entry's ``info``
+        is cached under ``path/NAME`` as old as the listing may be."""
+        since = self.target_cache_since(path)
+        entries: list[dict[str, Any]] = self._remote(self.target.ls, path, detail=True)
+        base = path.rstrip("/")
+        for e in entries:
+            name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
+            if name:
+                self._remember_info(f"{base}/{name}", e, since)
+        return entries
+
+    def forget_info(self, path: str) -> None:
+        """Drop ``path``'s cached ``info`` (its attributes predate the version opened)."""
+        with self._lock:
+            self._info.pop(path, None)
+
+    def info_is_cached(self, path: str) -> bool:
+        """Whether :meth:`info` of ``path`` would answer without asking the remote."""
+        hit = self._info.get(path)
+        return hit is not None and self._clock() - hit[1] < self.params.metadata_ttl_s
+
+    def cached_info(self, path: str) -> dict[str, Any] | None:
+        """``path``'s cached ``info``, however old (None: none, or no such path)."""
+        hit = self._info.get(path)
+        return hit[0] if hit is not None else None
+
+    def _remember_info(self, path: str, info: dict[str, Any] | None, asked: float) -> None:
+        with self._lock:
+            if len(self._info) >= 1 << 18:  # bounded: a cleared entry is asked again
+                self._info.clear()
+            self._info[path] = (info, asked)
 
     def stat_is_cached(self, path: str) -> bool:
         """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE

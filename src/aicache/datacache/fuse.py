@@ -432,12 +432,11 @@ class CacheFuse(Operations):  # type: ignore[misc]
 
     use_ns = True  # nanosecond times (and no deprecation warning)
 
-    def __init__(self, engine_factory: Callable[[], CacheEngine], target: Any, root: str,
-                 metadata_ttl: float = 60.0, on_init: Callable[[CacheEngine], None] | None = None,
+    def __init__(self, engine_factory: Callable[[], CacheEngine], root: str, *,
+                 on_init: Callable[[CacheEngine], None] | None = None,
                  mountpoint: str | None = None, readahead_kb: int = 0,
-                 splice_bytes: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 splice_bytes: int = 0) -> None:
         self._factory = engine_factory
-        self._clock = clock
         #: the read request cap when replies are spliced (``read_buf``); 0: no splicing
         self.splice_bytes = splice_bytes if splice_supported() else 0
         self._fds = _FdLedger()
@@ -450,10 +449,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
         self.readahead_kb: int | None = None
         self._on_init = on_init
         self.engine: CacheEngine | None = None
-        self.target = target
         self.root = root.rstrip("/")
-        self.ttl = metadata_ttl
-        self._attrs: dict[str, tuple[dict[str, Any] | None, float]] = {}
         self._handles: dict[int, _Handle] = {}
         self._next_fh = 1
         self._lock = threading.Lock()
@@ -499,34 +495,24 @@ class CacheFuse(Operations):  # type: ignore[misc]
         return self.root + path if path != "/" else self.root
 
     def _attr(self, path: str) -> dict[str, Any] | None:
-        now = self._clock()
-        hit = self._attrs.get(path)  # a dict read is atomic: no lock
-        if self._fresh(hit, now):
-            return hit[0]  # type: ignore[index]
+        """``path``'s attributes (None: no such path), from the engine's metadata cache."""
+        engine = self.engine
+        assert engine is not None
         try:
-            self.target.invalidate_cache(self._remote_path(path))  # its listings never expire
-            info = self.target.info(self._remote_path(path))
-        except FileNotFoundError:
-            info = None
-        except Exception as exc:  # noqa: BLE001
+            info = engine.info(self._remote_path(path))
+        except Exception as exc:  # noqa: BLE001 - a failed remote (retried) reads as EIO
             log.warning("getattr %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
-        st = self._stat(info) if info is not None else None
-        with self._lock:
-            self._attrs[path] = (st, now)
-        return st
+        return self._stat(info) if info is not None else None
 
     def attr_fresh(self, path: str) -> bool:
         """Whether :meth:`getattr` of ``path`` answers from the metadata cache (no remote)."""
-        return self._fresh(self._attrs.get(path), self._clock())
-
-    def _fresh(self, hit: tuple[dict[str, Any] | None, float] | None, now: float) -> bool:
-        return hit is not None and now - hit[1] < self.ttl
+        return self.engine is not None and self.engine.info_is_cached(self._remote_path(path))
 
     def cached_attr(self, path: str) -> dict[str, Any] | None:
         """``path``'s cached attributes, fresh or not (a listing's entry types)."""
-        hit = self._attrs.get(path)
-        return hit[0] if hit is not None else None
+        info = self.engine.cached_info(self._remote_path(path)) if self.engine is not None else None
+        return self._stat(info) if info is not None else None
 
     def meta_fresh(self, path: str) -> bool:
         """Whether :meth:`open` of ``path`` needs nothing from the remote."""
@@ -578,25 +564,20 @@ class CacheFuse(Operations):  # type: ignore[misc]
         return st
 
     def readdir(self, path: str, fh: int) -> list[str]:
-        remote = self._remote_path(path)
-        # the entries' attributes are as old as the target's cached listing may be
-        since = self.engine.target_cache_since(remote) if self.engine is not None else self._clock()
+        engine = self.engine
+        assert engine is not None
         try:
-            entries = self.target.ls(remote, detail=True)
+            entries = engine.ls(self._remote_path(path))
         except FileNotFoundError as exc:
             raise FuseOSError(errno.ENOENT) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a failed remote (retried) reads as EIO
             log.warning("readdir %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
         names = [".", ".."]
-        base = path.rstrip("/")
-        with self._lock:
-            for e in entries:
-                name = e["name"].rstrip("/").rsplit("/", 1)[-1]
-                if not name:
-                    continue
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if name:
                 names.append(name)
-                self._attrs[f"{base}/{name}"] = (self._stat(e), since)
         return names
 
     def open(self, path: str, flags: int) -> int:
@@ -609,10 +590,9 @@ class CacheFuse(Operations):  # type: ignore[misc]
             raise FuseOSError(errno.ENOENT if isinstance(exc, FileNotFoundError) else errno.EISDIR) from exc
         except OSError as exc:
             raise FuseOSError(errno.EIO) from exc
-        hit = self._attrs.get(path)
-        if hit is not None and hit[0] is not None and hit[0]["st_size"] != meta.size:
-            with self._lock:  # the attributes predate the version this open reads
-                self._attrs.pop(path, None)
+        info = self.engine.cached_info(self._remote_path(path))
+        if info is not None and int(info.get("size") or 0) != meta.size:
+            self.engine.forget_info(self._remote_path(path))  # they predate this version
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -837,9 +817,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     ttl = params.metadata_ttl_s if params else EngineParams().metadata_ttl_s
     # the kernel's attribute/entry caches must not outlive the metadata TTL
     kernel_ttl = min(fuse_ll.DEFAULT_TIMEOUT_S, ttl)
-    ops = CacheFuse(factory, target, root, ttl, on_init,
-                    mountpoint=os.path.realpath(mountpoint), readahead_kb=readahead_kb,
-                    splice_bytes=splice_bytes)
+    ops = CacheFuse(factory, root, on_init=on_init, mountpoint=os.path.realpath(mountpoint),
+                    readahead_kb=readahead_kb, splice_bytes=splice_bytes)
     try:
         if kernel_cache and direct_io:
             raise ValueError("kernel_cache and direct_io exclude each other")
