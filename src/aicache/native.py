@@ -54,7 +54,7 @@ _MTIME_SLACK = 2.0
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
-    from mypy_extensions import mypyc_attr
+    from mypy_extensions import mypyc_attr as mypyc_attr  # re-exported for the policies
 else:
     try:
         from mypy_extensions import mypyc_attr

@@ -26,8 +26,8 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any, ClassVar
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from aicache.kv.session_predictor import (ContinuationPredictor, LogNormalGaps,
                                           RequestFeatures, SessionTracker)
@@ -71,8 +71,10 @@ class RequestView:
 class PrefixPolicy(ABC):
     """Keeps an order over resident blocks and names victims (see module docstring)."""
 
-    name: ClassVar[str] = ""
-    needs_future: ClassVar[bool] = False
+    # class-level defaults; the eviction adapter sets them per instance (one class, many
+    # wrapped policies)
+    name: str = ""
+    needs_future: bool = False
 
     def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None) -> None:
         self.capacity = capacity_tokens
@@ -117,8 +119,8 @@ class EvictionAdapter(PrefixPolicy):
         from aicache.policies import make_eviction
 
         self.inner: EvictionPolicy = make_eviction(policy, capacity_tokens, rng=self.rng, **params)
-        self.name = policy  # type: ignore[misc]
-        self.needs_future = type(self.inner).needs_future  # type: ignore[misc]
+        self.name = policy
+        self.needs_future = type(self.inner).needs_future
         self._sizes: dict[Key, int] = {}
 
     def on_hit(self, key: Key, i: int, now: float) -> None:
@@ -244,7 +246,7 @@ class LPC(PrefixPolicy):
 
 
 #: Prefix-cache policies by name. Block-level baselines go through the eviction registry.
-PREFIX_POLICIES: Registry[Any] = Registry("prefix-cache policy")
+PREFIX_POLICIES: Registry[Callable[..., PrefixPolicy]] = Registry("prefix-cache policy")
 PREFIX_POLICIES.register("saecache", "aicache.kv.saecache:SAECache", "semantic-adaptive eviction (SAECache)")
 PREFIX_POLICIES.register("saecache-seed", "aicache.kv.saecache:SAECacheSeed",
                          "SAECache with the seed's priority exactly (own-type w, exact offset, no δ, decode → evict-first)")
@@ -259,4 +261,4 @@ for _name, _help in (("lfu", "least frequently used"), ("s3fifo", "S3-FIFO (SOSP
 def make_prefix_policy(name: str, capacity_tokens: int, *, seed: int = 0, **params: Any) -> PrefixPolicy:
     """Instantiate the prefix policy ``name`` with an injected ``random.Random(seed)``."""
     factory = PREFIX_POLICIES.get(name)
-    return factory(capacity_tokens, rng=random.Random(seed), **params)  # type: ignore[no-any-return]
+    return factory(capacity_tokens, rng=random.Random(seed), **params)

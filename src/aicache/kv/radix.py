@@ -78,7 +78,7 @@ class RadixNode:
         self.key = key
         self.parent = parent
         self.children: dict[Hashable, RadixNode] | None = None
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.tokens = tokens
         self.has_ckpt = has_ckpt
         self.kv_loc = 0

@@ -59,6 +59,7 @@ opportunities, as an earlier revision did, saw only hits there and never fitted 
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import random
@@ -66,7 +67,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -75,6 +76,21 @@ from aicache.kv.session_predictor import (ContinuationPredictor, HiddenStateSour
                                           LogNormalGaps, SessionTracker)
 
 Key = Hashable
+
+
+class _TypeSeq(Protocol):
+    """Token-type indices of a phase's blocks: a list, or one type for every index."""
+
+    def __getitem__(self, i: int, /) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+class _GroupTable(Protocol):
+    """Group id → its blocks, least recently touched first: a list over the dense ids of
+    :class:`SAECache`, a ``defaultdict`` over the sparse ids of :class:`SAECacheSeed`."""
+
+    def __getitem__(self, gid: int, /) -> OrderedDict[Key, _Blk]: ...
 
 
 class Queue(IntEnum):
@@ -88,7 +104,7 @@ TOKEN_TYPES = ("system", "user", "assistant", "reasoning", "tool", "decode", "ot
 NT = len(TOKEN_TYPES)
 
 
-class _TypeIndex(dict):  # type: ignore[type-arg]
+class _TypeIndex(dict[str, int]):
     """Token type name → index; an unknown name is "other". ``__missing__`` lets the
     per-phase conversion run as ``map(_TYPE_INDEX.__getitem__, names)`` in C."""
 
@@ -275,10 +291,9 @@ class SAECache(PrefixPolicy):
         self._oracle = p.predictor == "oracle"
         st = state if isinstance(state, SAEState) or state is None else SAEState(**dict(state))
         # a private copy: learning updates it in place, the caller's object stays as given
-        self.state = SAEState(**{k: (list(v) if isinstance(v, list) else v)
-                                 for k, v in asdict(st or SAEState()).items()})
+        self.state = copy.deepcopy(st) if st is not None else SAEState()
         self._blocks: dict[Key, _Blk] = {}
-        self._groups: list[OrderedDict[Key, _Blk]] = [OrderedDict() for _ in range(4 * NT * NB)]
+        self._groups: _GroupTable = [OrderedDict() for _ in range(4 * NT * NB)]
         self._res_tokens = [0] * 4
         self._res_count = [0] * 4
         self._ghost: OrderedDict[Key, int] = OrderedDict()
@@ -329,7 +344,7 @@ class SAECache(PrefixPolicy):
         self._delta = p.delta_s
         self._lognormal = p.lognormal
         self._reuse = self.state.type_reuse
-        self._tcache: list[int] | None = None
+        self._tcache: _TypeSeq | None = None
         self._ghost_limit = 256
 
     # -- parameters ---------------------------------------------------------------------
@@ -355,8 +370,7 @@ class SAECache(PrefixPolicy):
 
     def export_state(self) -> SAEState:
         """A copy of the learned parameters (for a fixed-parameter replay elsewhere)."""
-        st = SAEState(**{k: (list(v) if isinstance(v, list) else v)
-                         for k, v in asdict(self.state).items()})
+        st = copy.deepcopy(self.state)
         st.predictor_w = [float(x) for x in self.tracker.predictor.w]
         return st
 
@@ -441,9 +455,9 @@ class SAECache(PrefixPolicy):
 
     def _learn_boundary(self) -> None:
         st = self.state
-        for q in _MULTI:
-            st.mu[q] = self.gaps[q].mu
-            st.sigma[q] = self.gaps[q].sigma
+        for mq in _MULTI:
+            st.mu[mq] = self.gaps[mq].mu
+            st.sigma[mq] = self.gaps[mq].sigma
         rt = self._res_tokens
         qs = [q for q in (1, 2, 3) if rt[q] > 0]  # structural, chat, agentic
         if len(qs) > 1:
@@ -488,7 +502,7 @@ class SAECache(PrefixPolicy):
         self._mq = int(sq) if multi else 0  # queue of an unshared, non-reasoning block
         self._run_tau = -1
 
-    def _phase(self, types: Any, decode: bool) -> None:
+    def _phase(self, types: _TypeSeq, decode: bool) -> None:
         """Start a phase (prefill or decode) whose block ``i`` has type ``types[i]``; the
         per-block paths read these per-phase facts instead of re-deriving them."""
         self._tcache = types
@@ -497,12 +511,14 @@ class SAECache(PrefixPolicy):
         self._hb = -1 if decode else self.view.hit_blocks  # i < _hb: a prefix-hit block
         self._pos_on = self._learn and not decode  # structural position statistics
 
-    def _types(self) -> list[int]:
+    def _types(self) -> _TypeSeq:
         """Token-type indices of the current phase's blocks (converted once per phase)."""
         v = self.view
-        if v.decode != self._run_decode or self._tcache is None:
-            self._phase(list(map(_TYPE_INDEX.__getitem__, v.block_types)), v.decode)
-        return self._tcache  # type: ignore[return-value]
+        types = self._tcache
+        if v.decode != self._run_decode or types is None:
+            types = list(map(_TYPE_INDEX.__getitem__, v.block_types))
+            self._phase(types, v.decode)
+        return types
 
     def _route(self, tau: int, shared: bool, i: int, decode: bool) -> tuple[int, int, int, int]:
         """(queue, effective type, offset bucket, group id) of a block of type ``tau`` at
@@ -546,9 +562,10 @@ class SAECache(PrefixPolicy):
     # heaps every queue (0).
     _QMIN = 1
 
-    def _entry(self, b: _Blk, now: float, gid: int) -> tuple[float, int, int]:
-        """The heap entry of group ``gid`` whose head is ``b``: ordered by P, then age."""
-        return (self._prio(b, now), b.seq, gid)
+    def _push_head(self, b: _Blk, now: float, gid: int) -> None:
+        """Enter group ``gid``, whose head is now ``b``, into the valid heap: ordered by P,
+        then age."""
+        heapq.heappush(self._heap, (self._prio(b, now), b.seq, gid))
 
     def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
         """Put ``b`` (not in group ``gid``) at the tail of group ``gid``."""
@@ -563,7 +580,7 @@ class SAECache(PrefixPolicy):
         if q >= self._QMIN and len(g) == 1:
             self._nonempty.add(gid)
             if self._hnow == now and self._hver == self._version:
-                heapq.heappush(self._heap, self._entry(b, now, gid))
+                self._push_head(b, now, gid)
 
     def _unplace(self, b: _Blk) -> None:
         g = self._groups[b.gid]
@@ -801,22 +818,23 @@ class SAECache(PrefixPolicy):
         if nothing changed in between), without changing anything."""
         if self._QMIN:  # queue 0 is outside the heap: it goes first, in LRU order
             yield from self._groups[0]
-        # entries are _entry(...) + (head,): seq is unique, so the head is never compared
-        heap: list[tuple[Any, ...]] = []
+        # (not evict-first, P, seq, gid, head): the victim heaps' order (the first field is
+        # constant where evict-first is not heaped); seq is unique, so the head is never
+        # compared
+        heap: list[tuple[bool, float, int, int, _Blk]] = []
         iters: dict[int, Iterator[_Blk]] = {}
         for gid in self._nonempty:
             it = iter(self._groups[gid].values())
             b = next(it)
             iters[gid] = it
-            heap.append(self._entry(b, now, gid) + (b,))
+            heap.append((b.q > 0, self._prio(b, now), b.seq, gid, b))
         heapq.heapify(heap)
         while heap:
-            e = heapq.heappop(heap)
-            gid, b = e[-2], e[-1]
+            _, _, _, gid, b = heapq.heappop(heap)
             yield b.key
             nb = next(iters[gid], None)
             if nb is not None:
-                heapq.heappush(heap, self._entry(nb, now, gid) + (nb,))
+                heapq.heappush(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid, nb))
 
     def __contains__(self, key: object) -> bool:
         return key in self._blocks
@@ -863,7 +881,9 @@ class SAECacheSeed(SAECache):
         super().__init__(capacity_tokens, **kw)
         from collections import defaultdict
 
-        self._groups = defaultdict(OrderedDict)  # type: ignore[assignment]
+        self._groups = defaultdict(OrderedDict)
+        #: the victim heap: (not evict-first, P, seq, gid) of every non-empty group's head
+        self._sheap: list[tuple[bool, float, int, int]] = []
         self._omax = max(0, int(self.state.o_max))
         self._derive()
 
@@ -972,8 +992,11 @@ class SAECacheSeed(SAECache):
 
     _QMIN = 0  # every queue's groups are heaped; evict-first ones sort first
 
-    def _entry(self, b: _Blk, now: float, gid: int) -> tuple[bool, float, int, int]:  # type: ignore[override]
+    def _entry(self, b: _Blk, now: float, gid: int) -> tuple[bool, float, int, int]:
         return (b.q > 0, self._prio(b, now), b.seq, gid)
+
+    def _push_head(self, b: _Blk, now: float, gid: int) -> None:
+        heapq.heappush(self._sheap, self._entry(b, now, gid))
 
     def _rebuild(self, now: float) -> None:
         heap = []
@@ -981,28 +1004,28 @@ class SAECacheSeed(SAECache):
             b = next(iter(self._groups[gid].values()))
             heap.append(self._entry(b, now, gid))
         heapq.heapify(heap)
-        self._heap = heap  # type: ignore[assignment]
+        self._sheap = heap
         self._hnow = now
         self._hver = self._version
 
     def victim(self, now: float) -> Key:
         if now != self._hnow or self._version != self._hver:
             self._rebuild(now)
-        heap = self._heap
+        heap = self._sheap
         while heap:
-            _, _, seq, gid = heap[0]  # type: ignore[misc]
+            _, _, seq, gid = heap[0]
             g = self._groups[gid]
             if not g:
                 heapq.heappop(heap)
                 continue
             b = next(iter(g.values()))
             if b.seq != seq:  # stale head
-                heapq.heapreplace(heap, self._entry(b, now, gid))  # type: ignore[arg-type]
+                heapq.heapreplace(heap, self._entry(b, now, gid))
                 continue
             self._unplace(b)
             if g:
                 nb = next(iter(g.values()))
-                heapq.heapreplace(heap, self._entry(nb, now, gid))  # type: ignore[arg-type]
+                heapq.heapreplace(heap, self._entry(nb, now, gid))
             else:
                 heapq.heappop(heap)
             break

@@ -138,12 +138,14 @@ class ContinuationPredictor:
     def vector(self, f: RequestFeatures, request: object = None) -> list[float] | np.ndarray:
         x = f.vector()
         if self.hidden is not None:
-            return np.concatenate([np.asarray(x), np.asarray(self.hidden.features(request), dtype=float)])
+            full: np.ndarray = np.concatenate(
+                [np.asarray(x), np.asarray(self.hidden.features(request), dtype=float)])
+            return full
         return x
 
     def predict(self, x: list[float] | np.ndarray) -> float:
         if self.hidden is not None:
-            z = float(self._w @ np.asarray(x))  # type: ignore[operator]
+            z = float(np.asarray(self._w) @ np.asarray(x))  # _w is an array here
         else:
             z = sum(map(operator.mul, self._w, x))  # in C; same summation order
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
@@ -152,7 +154,8 @@ class ContinuationPredictor:
         g = label - self.predict(x)
         lr, l2 = self.lr, self.l2
         if self.hidden is not None:
-            self._w = self._w + lr * (g * np.asarray(x) - l2 * self._w)  # type: ignore[operator]
+            w = np.asarray(self._w)  # an array here: asarray is the identity
+            self._w = w + lr * (g * np.asarray(x) - l2 * w)
         else:
             self._w = [wi + lr * (g * xi - l2 * wi) for wi, xi in zip(self._w, x)]
         self.updates += 1

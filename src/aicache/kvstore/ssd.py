@@ -536,6 +536,7 @@ class SlabStore:
         to ``slot``. The future's exception is :class:`DiskFull` on ENOSPC."""
         if payload.shape[0] != meta.length or meta.length > self.slot_bytes:
             raise ValueError("payload length does not match its metadata or the slot")
+        assert self._pool is not None
         seq = self._seq
         self._seq += 1
         fut = self._pool.submit(self._write, slot, seq, meta, payload)
@@ -546,7 +547,7 @@ class SlabStore:
         slab, off = self._where(slot)
         try:
             fd = self._fd(slab, True)
-            checksum = xxhash.xxh3_64_intdigest(payload)
+            checksum = xxhash.xxh3_64_intdigest(payload.data)
             n = meta.length
             pay_off = off + HEADER_BYTES
             if self.direct:
@@ -649,7 +650,7 @@ class SlabStore:
             hbuf = getattr(self._tls, "hdr", None)
             if hbuf is None:
                 hbuf = self._tls.hdr = bytearray(HEADER_BYTES)
-            self._readinto_vec(fd, [hbuf, memoryview(dst)[:length]], off)
+            self._readinto_vec(fd, [hbuf, dst.data[:length]], off)
             hb = bytes(hbuf[: _HDR.size + _HDR_CRC.size])
         hdr = self._unpack_header(hb)
         if hdr is None or hdr[1].length != length:
@@ -672,7 +673,7 @@ class SlabStore:
                 end = min(length, stop)
                 if end > start:
                     dst[start:end] = np.frombuffer(b, dtype=np.uint8)[: end - start]
-        if xxhash.xxh3_64_intdigest(dst[:length]) != checksum:
+        if xxhash.xxh3_64_intdigest(dst[:length].data) != checksum:
             with self._stat_lock:
                 self.stats.checksum_failures += 1
             raise CorruptBlock(f"slot {slot}: payload checksum mismatch (torn or damaged write)")

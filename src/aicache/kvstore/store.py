@@ -254,8 +254,8 @@ class TieredKVStore:
                 if ns is None:
                     for name in self.index.tree.namespaces():
                         r = self.index.tree.root(name)
-                        if r is not None:
-                            self._root_ns[id(r)] = name  # type: ignore[assignment]
+                        if r is not None and isinstance(name, str):  # the store's are
+                            self._root_ns[id(r)] = name
                     ns = self._root_ns[id(n)]
                 got = ids[n] = (ns, root_id(ns))
                 break
@@ -514,7 +514,7 @@ class TieredKVStore:
             tokens.append(nb // kv)
         return tokens, views
 
-    def _after_store(self, ns: str, keys: list[Hashable], views: list[np.ndarray | None],
+    def _after_store(self, ns: Hashable, keys: list[Hashable], views: list[np.ndarray | None],
                      moves: Moves, new_blocks: int) -> None:
         path = self.index.tree.match(ns, keys)
         self._apply(moves, {n: v for n, v in zip(path, views) if v is not None})
@@ -700,7 +700,8 @@ class TieredKVStore:
 
 def _stage_cuda(t: Any) -> np.ndarray:
     """A host copy of a CUDA payload (SSD writes and DRAM inserts read host memory)."""
-    return t.detach().reshape(-1).view(__import__("torch").uint8).cpu().numpy()
+    host: np.ndarray = t.detach().reshape(-1).view(__import__("torch").uint8).cpu().numpy()
+    return host
 
 
 __all__ = ["LoadResult", "SlotKVIndex", "TieredKVStore", "TieredKVStoreParams", "encode_key"]

@@ -152,7 +152,7 @@ class FixedStridePrefetcher(StridePrefetcher):
     name = "stride-fixed"
 
     def __init__(self, *, depth: int = 8, **kw: int) -> None:
-        super().__init__(adaptive=False, depth=depth, **kw)  # type: ignore[arg-type]
+        super().__init__(adaptive=False, depth=depth, **kw)
 
 
 class ReadaheadPrefetcher(StridePrefetcher):
@@ -162,7 +162,7 @@ class ReadaheadPrefetcher(StridePrefetcher):
 
     def __init__(self, **kw: int) -> None:
         kw.setdefault("step", 1)
-        super().__init__(adaptive=True, **kw)  # type: ignore[arg-type]
+        super().__init__(adaptive=True, **kw)
 
 
 class SampleRestPrefetcher(PrefetchPolicy):
