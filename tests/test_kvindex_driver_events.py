@@ -129,3 +129,24 @@ def test_events_interleaved_with_requests_keep_the_invariants(
         plan = ix.lookup(NS, keys, now + 1)
         for n, src in zip(plan.nodes, plan.sources):
             assert n.kv_loc & src
+
+
+def test_release_unpins_and_put_stores_without_a_reuse_then_reclaims() -> None:
+    ix = make(2, 2, "full-duplicate")
+    request(ix, [1, 2], 0.0)
+    plan = ix.lookup(NS, [1, 2], 1.0)
+    ix.begin(plan, 1.0)
+    assert [n.pins for n in plan.nodes] == [1, 1]
+    ix.release(plan)  # an aborted request: nothing stored, nothing stays pinned
+    assert [n.pins for n in plan.nodes] == [0, 0]
+    # metadata found at recovery whose copy was not adopted: idle since 0, no copy
+    stale = ix.recovered_path(NS, [8, 9], [4, 4])
+    assert [n.kv_loc for n in stale] == [0, 0]
+    before = [n.R for n in plan.nodes]
+    now = ix.tree.window + 10.0
+    moves = ix.put(NS, [1, 2, 3], now, tokens=[4, 4, 4])
+    # the known blocks keep their reuse count (a put is not a hit), the new one is written
+    assert [n.R for n in ix.tree.match(NS, [1, 2])] == before
+    assert ix.tree.match(NS, [1, 2, 3])[2] in moves.dram_inserts
+    assert ix.tree.match(NS, [8]) == []  # reclaimed, as finish() would have
+    assert_invariants(ix, now)

@@ -841,6 +841,25 @@ class KVIndex:
 
 
     # ------------------------------------------------------------------ driver events
+    def release(self, plan: ReloadPlan) -> None:
+        """Abort a begun request: unpin its prefix, store nothing."""
+        if plan.nodes:
+            self.tree.unpin(plan.nodes[-1])
+
+    def put(self, ns: Namespace, keys: Sequence[Hashable], now: float, *,
+            tokens: Sequence[int], attrs: RequestAttrs | None = None) -> Moves:
+        """Save blocks outside a request (LMCache ``put``): :meth:`store` with no reuse
+        counted, then reclaim idle metadata as :meth:`finish` does."""
+        moves = self.store(ns, keys, now, tokens=tokens, attrs=attrs)
+        self.tree.reclaim(now)
+        return moves
+
+    def recovered_path(self, ns: Namespace, keys: Sequence[Hashable],
+                       tokens: Sequence[int]) -> list[RadixNode]:
+        """Recovery: the nodes of a chain of blocks found on the SSD, created as metadata
+        only (no copy, touched at time 0); :meth:`adopt_ssd` then attaches each copy."""
+        return self.tree.insert(ns, keys, 0.0, tokens)
+
     def adopt_ssd(self, n: RadixNode, *, E: int = 0, R: int = 0) -> bool:
         """Recovery: ``n``'s bytes were found on the SSD, written by an earlier process.
 

@@ -280,7 +280,7 @@ class TieredKVStore:
         kids: dict[tuple[str, bytes], list[RecoveredBlock]] = {}
         for rb in recs:
             kids.setdefault((rb.meta.namespace, rb.meta.parent_id), []).append(rb)
-        tree, bt = self.index.tree, self.model.block_tokens
+        bt = self.model.block_tokens
         found: dict[int, tuple[RecoveredBlock, RadixNode]] = {}
         for ns in sorted({rb.meta.namespace for rb in recs}):
             # depth-first from the root; a leaf inserts its whole path (the inner blocks'
@@ -297,8 +297,8 @@ class TieredKVStore:
                 if below:
                     stack.extend((c, depth + 1) for c in below)
                     continue
-                nodes = tree.insert(ns, [c.meta.key for c in path], 0.0,
-                                    [c.meta.tokens for c in path])
+                nodes = self.index.recovered_path(ns, [c.meta.key for c in path],
+                                                  [c.meta.tokens for c in path])
                 for c, node in zip(path, nodes):
                     found.setdefault(c.slot, (c, node))
         kept: set[int] = set()
@@ -483,8 +483,7 @@ class TieredKVStore:
         tokens, views = self._payload_views(keys, payloads, held)
         t = self._t(now)
         self._poll_writes()
-        moves = self.index.store(namespace, keys, t, tokens=tokens, attrs=metadata)
-        self.index.tree.reclaim(t)
+        moves = self.index.put(namespace, keys, t, tokens=tokens, attrs=metadata)
         self._after_store(namespace, keys, views, moves, len(keys))
         return moves
 
@@ -524,8 +523,8 @@ class TieredKVStore:
 
     def release(self, plan: ReloadPlan) -> None:
         """Abort a begun request (unpin without storing anything)."""
-        if self._open.pop(id(plan), None) is not None and plan.nodes:
-            self.index.tree.unpin(plan.nodes[-1])
+        if self._open.pop(id(plan), None) is not None:
+            self.index.release(plan)
 
     # ------------------------------------------------------------------ reconciliation
     def _apply(self, moves: Moves, payload_of: dict[RadixNode, np.ndarray]) -> None:
@@ -543,11 +542,11 @@ class TieredKVStore:
                     try:
                         self.ssd.read(sslot[n], buf.shape[0], buf, self._ident(n)[1])
                         staged[n] = buf
-                    except CorruptBlock:  # both copies are gone; the slots are freed below
-                        self.index.lose_copy(n, Tier.DRAM)
-                        self.index.lose_copy(n, Tier.SSD)
+                    except CorruptBlock:  # both copies are gone
+                        self._forget(n, Tier.DRAM)
+                        self._forget(n, Tier.SSD)
                 else:  # e.g. a promotion of a block whose SSD copy failed its checksum
-                    self.index.lose_copy(n, Tier.DRAM)
+                    self._forget(n, Tier.DRAM)
         for n in touched:
             if n in sslot and not n.kv_loc & _SSD:
                 assert self.ssd is not None
@@ -623,6 +622,14 @@ class TieredKVStore:
             self.index.stop_ssd_admissions()
             warnings.warn(f"SSD tier is full ({why}): SSD admissions stopped; lookups and "
                           f"loads of stored blocks keep working", RuntimeWarning, stacklevel=4)
+
+    def _forget(self, n: RadixNode, tier: Tier) -> None:
+        """Inside :meth:`_apply`: the index forgets a copy of ``n``, a node the current
+        Moves touched. The drops it returns can only name ``n`` itself, whose slots the
+        rest of :meth:`_apply` frees (it frees every touched node's slot the index no
+        longer lists)."""
+        lost = self.index.lose_copy(n, tier)
+        assert all(m is n for m in (*lost.ssd_drops, *lost.dram_drops))
 
     def _lose(self, n: RadixNode, tier: Tier) -> None:
         """A copy the store could not keep (failed write, corrupt block): the index
