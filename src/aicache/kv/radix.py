@@ -104,9 +104,6 @@ class RadixNode:
         """True when any object of the node has a copy in any tier."""
         return bool(self.kv_loc or self.ck_loc)
 
-    def location(self, obj: KVObject) -> Tier:
-        return Tier(self.ck_loc if obj is KVObject.CHECKPOINT else self.kv_loc)
-
     def path(self) -> list[Hashable]:
         """Block keys from the root to this node."""
         out: list[Hashable] = []

@@ -38,8 +38,8 @@ every block and take the minimum (P, seq)" exactly — the reference the tests c
 Hot-path cost (measured by ``benchmarks/saecache_overhead.py``): a block record is one
 ``__slots__`` object created once per insert (queue, type and offset bucket are encoded in
 its group id, not stored); a hit that stays in its group is one ``move_to_end``; routing is
-inlined into ``on_hit``/``on_insert`` (``_route`` states the same rule, and a test checks the
-inlined copies against a plain reference); the group constant ``α_q · w_τ · posf`` is
+inlined into ``on_hit``/``on_insert`` (the rule is written once, above ``on_hit``; the
+victim-order tests check its outcome against a plain reference); the group constant ``α_q · w_τ · posf`` is
 computed lazily, once per group and parameter version; the position factors are recomputed
 only when γ or o_max move; the predictor's expiry horizon only at learning boundaries.
 
@@ -53,7 +53,8 @@ buckets, where a bucket's reuse rate = (hits + returns after eviction) / (hits +
 evictions) of structural prompt blocks — every residency ends in a hit or an eviction, so
 this counts each outcome once, whichever queue the block entered first (shared prefixes
 reach the structural queue on their first cross-session *hit*, so counting inserts as the
-opportunities, as an earlier revision did, saw only hits there and never fitted γ); α_q is ``n · softmax(z_q / T)`` of each queue's hit tokens per resident token
+opportunities would see only hits there and never fit γ); α_q is ``n · softmax(z_q / T)``
+of each queue's hit tokens per resident token
 (EMA), normalised by its mean so the temperature is scale-free.
 """
 
@@ -243,7 +244,9 @@ class _ConstTypes:
 
 class _Blk:
     """One resident block. Its group id encodes (queue, effective type, offset bucket):
-    ``gid = (q·NT + etau)·NB + ob``, so those are not stored separately."""
+    ``gid = (q·NT + effective type)·NB + offset bucket``, so those are not stored
+    separately (the effective type is the request's running arg-max of w, see the routing
+    rule above :meth:`SAECache.on_hit`)."""
 
     __slots__ = ("key", "tokens", "tau", "q", "last", "seq", "gid", "sid", "shared")
 
@@ -259,18 +262,6 @@ class _Blk:
         self.sid = sid
         self.shared = False
 
-    @property
-    def etau(self) -> int:
-        """Effective token type (the request's running arg-max of w, see ``_route``)."""
-        return (self.gid // NB) % NT if self.q > 0 else self.tau
-
-    @property
-    def ob(self) -> int:
-        return self.gid % NB
-
-
-def _gid(q: int, tau: int, ob: int) -> int:
-    return (q * NT + tau) * NB + ob
 
 
 class SAECache(PrefixPolicy):
@@ -410,10 +401,6 @@ class SAECache(PrefixPolicy):
     def resident(self) -> list[Key]:
         return list(self._blocks)
 
-    @property
-    def evict_first_nonempty(self) -> bool:
-        return self._res_count[Queue.EVICT_FIRST] > 0
-
     # -- request boundaries: routing context and learning -------------------------------
     def begin(self, view: RequestView, now: float) -> None:
         super().begin(view, now)
@@ -520,43 +507,6 @@ class SAECache(PrefixPolicy):
             self._phase(types, v.decode)
         return types
 
-    def _route(self, tau: int, shared: bool, i: int, decode: bool) -> tuple[int, int, int, int]:
-        """(queue, effective type, offset bucket, group id) of a block of type ``tau`` at
-        index ``i`` of the current phase, updating the request's running type arg-max.
-
-        Routing: reasoning → evict-first; shared across sessions → structural; a multi-turn
-        session → its chat/agentic queue; a single-turn session's system/tool-schema prompt
-        blocks → structural; the rest → evict-first.
-
-        Prefix inheritance: the simulator touches a request's blocks tail first, so the
-        running arg-max of w over the blocks touched so far is the most valuable type among
-        b's descendants in this request. Grouping b under that type keeps a prefix at least
-        as valuable as its tail, so type weights never punch holes into a cached prefix.
-
-        The hot paths (:meth:`on_hit`, :meth:`on_insert`) inline this same rule; the tests
-        compare them with it.
-        """
-        if tau == REASONING:
-            return 0, tau, 0, 0
-        if shared:
-            q = 1
-        elif self._multi:
-            q = int(self._sq)
-        elif tau in _STRUCTURE_TYPES and not decode:
-            q = 1
-        else:
-            return 0, tau, 0, 0
-        w = self._w
-        rt = self._run_tau
-        if rt < 0 or w[tau] > w[rt]:
-            self._run_tau = rt = tau
-        ob = 0
-        if q == 1 and not decode:
-            ob = (i + 1).bit_length() - 1
-            if ob >= NB:
-                ob = NB - 1
-        return q, rt, ob, (q * NT + rt) * NB + ob
-
     # The lowest queue whose groups are kept in ``_nonempty`` (and so in the heap): here
     # evict-first (queue 0) is popped LRU from its one group instead; the seed variant
     # heaps every queue (0).
@@ -592,8 +542,15 @@ class SAECache(PrefixPolicy):
             self._nonempty.discard(b.gid)
 
     # -- events -------------------------------------------------------------------------
-    # on_hit / on_insert run once per block: they inline _route (one call less per block,
-    # no tuple), and a hit that stays in its group is a single OrderedDict.move_to_end.
+    # Routing, in on_hit / on_insert (once per block, so written inline; a hit that stays
+    # in its group is a single OrderedDict.move_to_end): reasoning → evict-first; shared
+    # across sessions → structural; a multi-turn session → its chat/agentic queue; a
+    # single-turn session's system/tool-schema prompt blocks → structural; the rest →
+    # evict-first. Prefix inheritance: the simulator touches a request's blocks tail
+    # first, so the running arg-max of w over the blocks touched so far (``_run_tau``) is
+    # the most valuable type among the block's descendants in this request. Grouping the
+    # block under that type keeps a prefix at least as valuable as its tail, so type
+    # weights never punch holes into a cached prefix.
     def on_hit(self, key: Key, i: int, now: float) -> None:
         b = self._blocks[key]
         types = self._tcache
@@ -609,7 +566,7 @@ class SAECache(PrefixPolicy):
         if b.sid != sid:
             b.shared = True
             b.sid = sid
-        # routing (= _route)
+        # routing (see above)
         ob = 0
         if tau == REASONING:
             q = gid = 0
@@ -651,7 +608,7 @@ class SAECache(PrefixPolicy):
         if ghost is not None and self._learn:  # a miss after eviction: that type was undervalued
             r = self._reuse
             r[ghost] += self._type_rate * (1.0 - r[ghost])
-        # routing (= _route for a block no other session has touched yet)
+        # routing (see above) of a block no other session has touched yet
         ob = 0
         q = self._mq if tau != REASONING else 0
         if not q and tau in _STRUCTURE_TYPES and not self._run_decode:

@@ -17,11 +17,13 @@ Driver protocol (one request)::
     # say which copies to make or free; index.stats holds the admission counters.
 
 Other entry points: ``index.store(ns, keys, now, tokens=...)`` offloads KV computed
-outside a plan; ``index.make_dram_room(bytes, now)`` (alias ``on_dram_pressure``) frees
-DRAM on the allocator's demand; ``index.drop_ssd(node, moves)`` frees an SSD copy.
-Driver events (a real store's, never the simulator's): ``adopt_ssd`` records a copy found
-on the device at recovery, ``lose_copy`` forgets one the driver could not keep (returns the
-:class:`Moves` that free its slot), ``stop_ssd_admissions`` ends SSD writes (a full disk).
+outside a plan (``index.put`` also reclaims idle metadata, as ``finish`` does);
+``index.make_dram_room(bytes, now)`` frees DRAM on the allocator's demand;
+``index.drop_ssd(node, moves)`` frees an SSD copy. Driver events (a real store's, never
+the simulator's): ``release`` aborts a begun request, ``recovered_path`` and ``adopt_ssd``
+rebuild the chains and copies found on the device at recovery, ``lose_copy`` forgets a
+copy the driver could not keep (returns the :class:`Moves` that free its slot),
+``stop_ssd_admissions`` ends SSD writes (a full disk).
 
 Decisions (where the seed is silent):
 * ``R_b`` counts every later request whose prompt contains the block — served from a
@@ -736,8 +738,6 @@ class KVIndex:
                 return False
             self.evict_dram(victim, now, moves)
         return True
-
-    on_dram_pressure = make_dram_room  #: the name the real store's allocator calls
 
     def evict_dram(self, n: RadixNode, now: float, moves: Moves) -> None:
         """Remove ``n``'s DRAM copy at an eviction boundary (E_b += 1, then admission)."""

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aicache.policies.base import (
-    AdmissionPolicy,
-    EvictionPolicy,
-    PrefetchPolicy,
-)
+from aicache.policies.base import EvictionPolicy, PrefetchPolicy
 from aicache.registry import Registry
 
 EVICTION: Registry[type[EvictionPolicy]] = Registry("eviction policy")
 PREFETCH: Registry[type[PrefetchPolicy]] = Registry("prefetch policy")
-ADMISSION: Registry[type[AdmissionPolicy]] = Registry("admission policy")
 
 _E = "aicache.policies.eviction"
 EVICTION.register("lru", f"{_E}.lru:LRU", "least recently used")
@@ -42,7 +37,6 @@ PREFETCH.register("sample-rest", "aicache.policies.prefetch.stride:SampleRestPre
 PREFETCH.register("neighborhood", "aicache.policies.prefetch.neighborhood:NeighborhoodPrefetcher", "on a miss, nearby blocks")
 PREFETCH.register("sfp", "aicache.policies.prefetch.sfp:SFPPrefetcher", "SFP file-successor Markov")
 PREFETCH.register("sfp-128", "aicache.policies.prefetch.sfp:SFP128Prefetcher", "SFP, window <= 128 blocks")
-ADMISSION.register("always", "aicache.policies.base:AlwaysAdmit", "admit every object")
 
 
 def make_eviction(name: str, capacity: int, **kwargs: object) -> EvictionPolicy:
@@ -53,10 +47,8 @@ def make_eviction(name: str, capacity: int, **kwargs: object) -> EvictionPolicy:
 
 
 __all__ = [
-    "ADMISSION",
     "EVICTION",
     "PREFETCH",
-    "AdmissionPolicy",
     "EvictionPolicy",
     "PrefetchPolicy",
     "make_eviction",

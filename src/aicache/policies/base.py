@@ -1,4 +1,4 @@
-"""The policy core: eviction, admission and prefetch interfaces.
+"""The policy core: the eviction and prefetch interfaces.
 
 Policies are pure: they never read a clock, never do I/O and never draw randomness that
 was not injected. The caller (simulator or real engine) tells them ``now`` and the event.
@@ -150,24 +150,6 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def keys(self) -> Iterable[Key]:
         """The resident keys the policy tracks (for invariant checks; may be slow)."""
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class AdmissionPolicy(ABC):
-    """Decides whether a missed object is stored at all (e.g. SARIA's SSD admission)."""
-
-    name: ClassVar[str] = ""
-
-    @abstractmethod
-    def admit(self, key: Key, size: int, now: float) -> bool: ...
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class AlwaysAdmit(AdmissionPolicy):
-    name = "always"
-
-    def admit(self, key: Key, size: int, now: float) -> bool:
-        return True
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

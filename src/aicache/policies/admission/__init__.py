@@ -1,1 +1,0 @@
-"""Admission policies, one per module; registered in :mod:`aicache.policies`."""
