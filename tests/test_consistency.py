@@ -247,11 +247,11 @@ def test_a_hit_within_the_ttl_asks_the_remote_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
 def test_mount_sees_overwrite_delete_and_new_objects(s3: S3Server, prefix: str,  # noqa: F811
                                                      tmp_path: Path, api: str) -> None:
-    from aicache.datacache import fuse_ll
+    from aicache.datacache.fuse import lowlevel_abi
 
     # setup.sh installs Debian's fuse3 (libfuse 3.14): both drivers must run, as root
     assert fuse_available() is None, fuse_available()
-    assert api == "highlevel" or fuse_ll.supported(), "setup installs libfuse 3 before 3.17"
+    assert api == "highlevel" or lowlevel_abi.supported(), "setup installs libfuse 3 before 3.17"
     remote = s3.filesystem()
     a, gone, born = f"{prefix}/a.bin", f"{prefix}/gone.bin", f"{prefix}/born.bin"
     remote.pipe_file(a, rand(20, 2 * BLOCK + 3))

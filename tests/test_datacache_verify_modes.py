@@ -79,22 +79,22 @@ def spliced(ops, off: int, size: int, fh: int) -> bytes:  # type: ignore[no-unty
     (what the splice moves) or from its memory; then freed as libfuse frees it."""
     import ctypes
 
-    from aicache.datacache.fuse import _FUSE_BUF_IS_FD, _bufvec_type, _libc
+    from aicache.datacache.fuse.binding import FUSE_BUF_IS_FD, bufvec_type, libc
 
     assert ops.read_buf is not None, "splice path unavailable: libfuse 3 < 3.17 is installed"
     slot = ctypes.c_void_p()
     assert ops.read_buf("/f.bin", ctypes.pointer(slot), size, off, fh) == 0
     count = ctypes.c_size_t.from_address(slot.value).value
-    bv = _bufvec_type(count).from_address(slot.value)
+    bv = bufvec_type(count).from_address(slot.value)
     out = []
     for b in bv.buf[:count]:
-        if b.flags & _FUSE_BUF_IS_FD:
+        if b.flags & FUSE_BUF_IS_FD:
             out.append(os.pread(b.fd, b.size, b.pos))
             os.fstat(b.fd)  # still open: it is closed on this thread's next call
         else:
             out.append(ctypes.string_at(b.mem, b.size) if b.size else b"")
-            _libc.free(b.mem)
-    _libc.free(slot.value)
+            libc.free(b.mem)
+    libc.free(slot.value)
     return b"".join(out)
 
 

@@ -1,4 +1,4 @@
-"""The low-level FUSE driver (:mod:`aicache.datacache.fuse_ll`): one session thread answers
+"""The low-level FUSE driver (:mod:`aicache.datacache.fuse.lowlevel`): one session thread answers
 local requests inline and hands the rest to workers. What it must show on a real mount:
 a read that waits on the remote does not hold up another reader's cached reads; the
 kernel-cache option really keeps pages across opens; listings page through the kernel's
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from aicache.datacache import fuse_ll
+from aicache.datacache.fuse import lowlevel, lowlevel_abi
 from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
 from s3fixtures import mounted_file, start_mount, stop_mount, wait_mounted
 
-pytestmark = pytest.mark.skipif(not fuse_ll.supported(),
+pytestmark = pytest.mark.skipif(not lowlevel_abi.supported(),
                                 reason="the low-level driver needs libfuse 3 before 3.17")
 
 RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1
@@ -54,13 +54,13 @@ def read_all(path: Path) -> bytes:
 
 
 def test_the_inode_table_follows_kernel_lookups_and_forgets() -> None:
-    s = fuse_ll.LowLevelSession(None, "/nowhere")
+    s = lowlevel.LowLevelSession(None, "/nowhere")
     a = s._remember("/a")
     assert s._remember("/a") == a and s._remember("/b") != a
     s._forget(a, 1)
     assert s._path(a) == "/a"  # one lookup reference left
     s._forget(a, 1)
-    with pytest.raises(fuse_ll._Reply) as r:
+    with pytest.raises(lowlevel._Reply) as r:
         s._path(a)
     assert r.value.code == errno.ESTALE
     assert s._remember("/a") != a  # a new inode after the kernel forgot the old one

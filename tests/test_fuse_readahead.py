@@ -9,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from aicache.datacache.fuse import LIBFUSE_MAJOR, mount_device, raise_readahead
+from aicache.datacache.fuse.binding import LIBFUSE_MAJOR
+from aicache.datacache.fuse.kernel import mount_device, raise_readahead
 from tests.s3fixtures import mounted_file
 
 
@@ -35,7 +36,7 @@ def test_mount_device_unescapes_paths_and_takes_the_topmost_mount(tmp_path: Path
 
 
 def test_raise_readahead_raises_but_never_lowers(tmp_path: Path, monkeypatch) -> None:
-    import aicache.datacache.fuse as fusemod
+    import aicache.datacache.fuse.kernel as fusemod
 
     bdi = tmp_path / "bdi" / "0:45"
     bdi.mkdir(parents=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aicache.datacache import fuse_ll
+from aicache.datacache.fuse import lowlevel_abi
 from s3fixtures import BLOCK, Dataset, s3, s3_dataset, s3_mount_options, start_mount, stop_mount  # noqa: F401
 
 #: a generous bound for a loaded CI machine; the condition is polled, so a fast exit is fast
@@ -39,7 +39,7 @@ def _mounted(path: Path) -> bool:
         return os.path.ismount(path) or any(line.split()[1] == real for line in f)
 
 
-APIS = ["highlevel"] + (["lowlevel"] if fuse_ll.supported() else [])
+APIS = ["highlevel"] + (["lowlevel"] if lowlevel_abi.supported() else [])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

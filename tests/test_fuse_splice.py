@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aicache.datacache.fuse import (_SPLICE_SLACK_PAGES, _FdLedger, splice_request_bytes,
-                                    splice_supported)
+from aicache.datacache.fuse.binding import splice_supported
+from aicache.datacache.fuse.fdledger import FdLedger
+from aicache.datacache.fuse.kernel import SPLICE_SLACK_PAGES, splice_request_bytes
 from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
 from tests.s3fixtures import mounted_file, stop_mount
 
@@ -30,7 +31,7 @@ def test_the_request_cap_fits_a_pipe_this_process_can_grow() -> None:
     assert n > 0 and n % PAGE == 0 and n <= 1 << 20
     r, w = os.pipe()
     try:
-        assert fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, n + _SPLICE_SLACK_PAGES * PAGE) >= n
+        assert fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, n + SPLICE_SLACK_PAGES * PAGE) >= n
     finally:
         os.close(r)
         os.close(w)
@@ -42,7 +43,7 @@ def test_the_cap_follows_pipe_max_size_when_the_pipe_cannot_grow(tmp_path: Path,
     limit minus the slack, in whole pages; an unreadable or tiny limit means no splicing."""
     import errno
 
-    import aicache.datacache.fuse as fusemod
+    import aicache.datacache.fuse.kernel as fusemod
 
     def eperm(fd: int, cmd: int, arg: int = 0) -> int:
         raise OSError(errno.EPERM, "Operation not permitted")
@@ -50,7 +51,7 @@ def test_the_cap_follows_pipe_max_size_when_the_pipe_cannot_grow(tmp_path: Path,
     monkeypatch.setattr(fusemod.fcntl, "fcntl", eperm)
     limit = tmp_path / "pipe-max-size"
     limit.write_text("1048576\n")
-    assert splice_request_bytes(1 << 20, str(limit)) == (1 << 20) - _SPLICE_SLACK_PAGES * PAGE
+    assert splice_request_bytes(1 << 20, str(limit)) == (1 << 20) - SPLICE_SLACK_PAGES * PAGE
     limit.write_text(f"{4 * 1024 * 1024 + 123}\n")
     assert splice_request_bytes(1 << 20, str(limit)) == 1 << 20  # ample: the full request
     limit.write_text("65536\n")
@@ -68,8 +69,8 @@ class _Threads:
         self.alive = {1}
         self.closed: list[int] = []
 
-    def ledger(self, sweep_at: int = 32) -> _FdLedger:
-        return _FdLedger(sweep_at, close=self.closed.append,
+    def ledger(self, sweep_at: int = 32) -> FdLedger:
+        return FdLedger(sweep_at, close=self.closed.append,
                          current_thread=lambda: self.current,
                          live_threads=lambda: set(self.alive))
 
@@ -114,7 +115,7 @@ def test_a_sweep_closes_nothing_when_the_live_threads_are_unknown() -> None:
     """Without ``/proc`` the ledger cannot tell a retired thread from a busy one: it keeps
     every descriptor (a leak bounded by the worker count, never a reply cut short)."""
     th = _Threads()
-    led = _FdLedger(1, close=th.closed.append, current_thread=lambda: th.current,
+    led = FdLedger(1, close=th.closed.append, current_thread=lambda: th.current,
                     live_threads=lambda: None)
     led.hold(5, [30])
     led.hold(6, [31])
@@ -128,7 +129,7 @@ def test_the_ledger_closes_real_descriptors_by_default() -> None:
     r, w = os.pipe()
     os.set_blocking(r, False)
     try:
-        led = _FdLedger()
+        led = FdLedger()
         led.hold(led.settle(), [w])
         with pytest.raises(BlockingIOError):
             os.read(r, 1)  # the writer is still open: no data, no end-of-file
@@ -272,8 +273,9 @@ def test_concurrent_processes_read_exact_bytes_and_the_daemon_holds_few_descript
 _COUNTING_MOUNT = """
 import sys, threading, fsspec
 import aicache.datacache.fuse as F
+import aicache.datacache.fuse.highlevel as H
 if sys.argv[3] == "fresh":  # what ctypes does without keep_thread_state
-    F.keep_thread_state = lambda: None
+    H.keep_thread_state = lambda: None
 tls = threading.local()
 plain = F.CacheFuse.statfs
 def statfs(self, path):
@@ -295,7 +297,7 @@ def test_callbacks_on_a_worker_thread_share_one_python_thread_state(tmp_path: Pa
     import subprocess
     import sys
 
-    from aicache.datacache.fuse import FUSE_THREADS
+    from aicache.datacache.fuse.highlevel import FUSE_THREADS
     from tests.s3fixtures import wait_mounted
 
     src = tmp_path / "src"

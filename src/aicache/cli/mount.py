@@ -286,11 +286,11 @@ def run(args: argparse.Namespace) -> int:
     if why:
         raise BadInput(why)
     if args.fuse_api == "lowlevel":
-        from aicache.datacache import fuse_ll
+        from aicache.datacache.fuse import lowlevel_abi
 
-        if not fuse_ll.supported():
+        if not lowlevel_abi.supported():
             raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
-                           f"{fuse_ll.libfuse_version()}); use --fuse-api highlevel or auto")
+                           f"{lowlevel_abi.libfuse_version()}); use --fuse-api highlevel or auto")
     options = remote_options_of(args)
     fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
     log_file = args.log_file or (None if args.foreground else
@@ -340,7 +340,7 @@ def _quiet_once_mounted(mountpoint: str, timeout_s: float = 60.0) -> None:
     import threading
     import time
 
-    from aicache.datacache.fuse import mount_device
+    from aicache.datacache.fuse.kernel import mount_device
 
     def watch() -> None:
         deadline = time.monotonic() + timeout_s

@@ -2,26 +2,21 @@
 answer is local at once, and hands the rest (remote fetches, listings) to worker threads
 that reply when their answer arrives.
 
-Why not libfuse's high-level API with its thread pool (:class:`aicache.datacache.fuse`'s
-``_ZeroCopyFUSE``, still used on libfuse 2 and ≥ 3.17): its callbacks must return the
-answer, so a request waiting on the remote holds a thread, and serving hits in parallel
-needs many threads — which all take the GIL for their Python part, so on a warm cache
-they mostly hand the GIL to each other. One thread that replies inline does not: a
-standalone prototype serving one page-cached file measured 2.46 GB/s against the
-thread pool's 2.03 (median of 30 interleaved ``dd`` runs each, 1.29x per round), and the
-same split — inline when local, a worker otherwise — is what makes that safe here: a
-miss does not stall the hits of other readers behind it. The low-level API also drops
-the path bookkeeping of the high-level library (an inode table is kept here instead),
-and a reply is sent *inside* ``fuse_reply_data``, so the block files' descriptors handed
-to it for splicing are closed right after it returns (no ledger, as the high-level
-``read_buf`` needs).
+Why not libfuse's high-level API with its thread pool (:mod:`.highlevel`, still used on
+libfuse 2 and ≥ 3.17): its callbacks must return the answer, so a request waiting on the
+remote holds a thread, and serving hits in parallel needs many threads — which all take
+the GIL for their Python part, so on a warm cache they mostly hand the GIL to each other.
+One thread that replies inline does not, and the split — inline when local, a worker
+otherwise — keeps that safe: a miss does not stall the hits of other readers behind it
+(``benchmarks/datacache_speed.py`` compares the drivers). The low-level API also drops the
+path bookkeeping of the high-level library (an inode table is kept here instead), and a
+reply is sent *inside* ``fuse_reply_data``, so the block files' descriptors handed to it
+for splicing are closed right after it returns (no ledger, as the high-level ``read_buf``
+needs).
 
 The file system itself (attributes, listings, the open handles and their block pieces)
-is :class:`aicache.datacache.fuse.CacheFuse`, shared with the high-level driver; this
-module only translates inode requests to its path calls. Structures are libfuse 3.x's
-as of 3.14 (``fuse_lowlevel_ops`` is passed with its size, so later appended operations
-stay unset); 3.17 changed ``fuse_file_info``/``fuse_conn_info``, so :func:`supported`
-limits this driver to 3.x before 3.17.
+is :class:`.ops.CacheFuse`, shared with the high-level driver; this module only
+translates inode requests to its path calls, over the C interface of :mod:`.lowlevel_abi`.
 """
 
 from __future__ import annotations
@@ -38,21 +33,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from aicache.datacache import fuse
-from aicache.datacache.fuse import (
-    FUSE_CAP_SPLICE_WRITE,
-    FuseOSError,
-    _binding,
-    _bufvec_type,
-    fill_bufvec,
-)
+from aicache.datacache.fuse.binding import FUSE_CAP_SPLICE_WRITE, FuseOSError, bufvec_type, fill_bufvec
+from aicache.datacache.fuse.lowlevel_abi import (Args, FileInfo, LowLevelOps, CALLBACK_TYPES, address_of,
+                                                 binding, entry_type, lib)
+from aicache.datacache.fuse.ops import CacheFuse
 
 log = logging.getLogger("aicache.fuse")
-
-c_req = ctypes.c_void_p
-c_ino = ctypes.c_uint64
-c_off = ctypes.c_int64
-P = ctypes.POINTER
 
 #: kernel attribute/entry cache timeout when the mount has no metadata TTL to follow
 DEFAULT_TIMEOUT_S = 1.0
@@ -66,125 +52,6 @@ def _ignore_signal(signum: int, frame: Any) -> None:
     """The Python-level part of a stop signal: nothing (the wakeup pipe carries it)."""
 
 
-class FileInfo(ctypes.Structure):
-    """``struct fuse_file_info`` (libfuse 3.0–3.16)."""
-
-    _fields_ = [("flags", ctypes.c_int),
-                ("writepage", ctypes.c_uint, 1), ("direct_io", ctypes.c_uint, 1),
-                ("keep_cache", ctypes.c_uint, 1), ("flush", ctypes.c_uint, 1),
-                ("nonseekable", ctypes.c_uint, 1), ("flock_release", ctypes.c_uint, 1),
-                ("cache_readdir", ctypes.c_uint, 1), ("noflush", ctypes.c_uint, 1),
-                ("padding", ctypes.c_uint, 24), ("padding2", ctypes.c_uint, 32),
-                ("fh", ctypes.c_uint64), ("lock_owner", ctypes.c_uint64),
-                ("poll_events", ctypes.c_uint32)]
-
-
-class ConnInfo(ctypes.Structure):
-    """``struct fuse_conn_info`` (libfuse 3.0–3.16)."""
-
-    _fields_ = [(n, ctypes.c_uint) for n in (
-        "proto_major", "proto_minor", "max_write", "max_read", "max_readahead", "capable",
-        "want", "max_background", "congestion_threshold", "time_gran")] + [
-        ("reserved", ctypes.c_uint * 22)]
-
-
-class ForgetData(ctypes.Structure):
-    _fields_ = [("ino", ctypes.c_uint64), ("nlookup", ctypes.c_uint64)]
-
-
-class Args(ctypes.Structure):
-    _fields_ = [("argc", ctypes.c_int), ("argv", P(ctypes.c_char_p)), ("allocated", ctypes.c_int)]
-
-
-_CB = ctypes.CFUNCTYPE
-_FI = P(FileInfo)
-_TYPES: dict[str, Any] = {
-    "init": _CB(None, ctypes.c_void_p, P(ConnInfo)),
-    "destroy": _CB(None, ctypes.c_void_p),
-    "lookup": _CB(None, c_req, c_ino, ctypes.c_char_p),
-    "forget": _CB(None, c_req, c_ino, ctypes.c_uint64),
-    "getattr": _CB(None, c_req, c_ino, _FI),
-    "open": _CB(None, c_req, c_ino, _FI),
-    "read": _CB(None, c_req, c_ino, ctypes.c_size_t, c_off, _FI),
-    "release": _CB(None, c_req, c_ino, _FI),
-    "opendir": _CB(None, c_req, c_ino, _FI),
-    "readdir": _CB(None, c_req, c_ino, ctypes.c_size_t, c_off, _FI),
-    "releasedir": _CB(None, c_req, c_ino, _FI),
-    "statfs": _CB(None, c_req, c_ino),
-    "forget_multi": _CB(None, c_req, ctypes.c_size_t, P(ForgetData)),
-}
-#: ``struct fuse_lowlevel_ops`` in declaration order (3.14); unset ones stay NULL (ENOSYS)
-_OPS_ORDER = (
-    "init", "destroy", "lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir",
-    "unlink", "rmdir", "symlink", "rename", "link", "open", "read", "write", "flush", "release",
-    "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs", "setxattr", "getxattr",
-    "listxattr", "removexattr", "access", "create", "getlk", "setlk", "bmap", "ioctl", "poll",
-    "write_buf", "retrieve_reply", "forget_multi", "flock", "fallocate", "readdirplus",
-    "copy_file_range", "lseek")
-
-
-class LowLevelOps(ctypes.Structure):
-    _fields_ = [(n, _TYPES.get(n, ctypes.c_void_p)) for n in _OPS_ORDER]
-
-
-def supported() -> bool:
-    """libfuse 3 before 3.17 (the structure layouts above), loaded by the binding."""
-    return (fuse.FUSE is not None and fuse.LIBFUSE_MAJOR == 3 and fuse.LIBFUSE_MINOR < 17
-            and _lib() is not None)
-
-
-def libfuse_version() -> str:
-    return f"libfuse {fuse.LIBFUSE_MAJOR}.{fuse.LIBFUSE_MINOR}" if fuse.FUSE is not None else "no libfuse"
-
-
-def _lib() -> Any:
-    lib = getattr(_binding, "_libfuse", None) if fuse.FUSE is not None else None
-    if lib is None or getattr(_lib, "done", False):
-        return lib
-    for name, res, args in (
-            ("fuse_session_new", ctypes.c_void_p, [P(Args), P(LowLevelOps), ctypes.c_size_t, ctypes.c_void_p]),
-            ("fuse_session_mount", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
-            ("fuse_session_unmount", None, [ctypes.c_void_p]),
-            ("fuse_session_destroy", None, [ctypes.c_void_p]),
-            ("fuse_session_loop", ctypes.c_int, [ctypes.c_void_p]),
-            ("fuse_session_exit", None, [ctypes.c_void_p]),
-            ("fuse_set_signal_handlers", ctypes.c_int, [ctypes.c_void_p]),
-            ("fuse_remove_signal_handlers", None, [ctypes.c_void_p]),
-            ("fuse_daemonize", ctypes.c_int, [ctypes.c_int]),
-            ("fuse_reply_err", ctypes.c_int, [c_req, ctypes.c_int]),
-            ("fuse_reply_none", None, [c_req]),
-            ("fuse_reply_entry", ctypes.c_int, [c_req, ctypes.c_void_p]),
-            ("fuse_reply_attr", ctypes.c_int, [c_req, ctypes.c_void_p, ctypes.c_double]),
-            ("fuse_reply_open", ctypes.c_int, [c_req, _FI]),
-            ("fuse_reply_data", ctypes.c_int, [c_req, ctypes.c_void_p, ctypes.c_int]),
-            ("fuse_reply_buf", ctypes.c_int, [c_req, ctypes.c_void_p, ctypes.c_size_t]),
-            ("fuse_reply_statfs", ctypes.c_int, [c_req, ctypes.c_void_p]),
-            ("fuse_add_direntry", ctypes.c_size_t,
-             [c_req, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p, c_off])):
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    _lib.done = True  # type: ignore[attr-defined]
-    return lib
-
-
-def _address_of(data: bytes) -> int:
-    """Where ``data``'s bytes are (valid while ``data`` lives; never written)."""
-    return int(ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0)
-
-
-_ENTRY: list[Any] = []
-
-
-def _entry_type() -> Any:
-    """``struct fuse_entry_param`` (built once: it embeds the binding's ``struct stat``)."""
-    if not _ENTRY:
-        class EntryParam(ctypes.Structure):
-            _fields_ = [("ino", c_ino), ("generation", ctypes.c_uint64), ("attr", _binding.c_stat),
-                        ("attr_timeout", ctypes.c_double), ("entry_timeout", ctypes.c_double)]
-
-        _ENTRY.append(EntryParam)
-    return _ENTRY[0]
-
 
 class _Reply(Exception):
     """Raised by a handler to answer its request with an error number."""
@@ -195,11 +62,11 @@ class _Reply(Exception):
 
 
 class LowLevelSession:
-    """Serves a :class:`~aicache.datacache.fuse.CacheFuse` at a mount point through a
+    """Serves a :class:`~.ops.CacheFuse` at a mount point through a
     libfuse 3 low-level session (see the module docstring). :meth:`run` mounts, serves
     until SIGINT/SIGTERM/SIGHUP or ``fusermount3 -u``, and unmounts."""
 
-    def __init__(self, ops: Any, mountpoint: str, *, foreground: bool = True,
+    def __init__(self, ops: CacheFuse, mountpoint: str, *, foreground: bool = True,
                  kernel_cache: bool = False, direct_io: bool = False, max_read: int = 0,
                  workers: int = DEFAULT_WORKERS, timeout_s: float | None = None,
                  debug: bool = False, allow_other: bool = False) -> None:
@@ -214,7 +81,7 @@ class LowLevelSession:
         self.debug = debug
         self._nworkers = workers
         self._pool: cf.ThreadPoolExecutor | None = None
-        self._lib = _lib()
+        self._lib = lib()
         self._lock = threading.Lock()
         self._paths: dict[int, str] = {1: "/"}
         self._inos: dict[str, int] = {"/": 1}
@@ -294,7 +161,7 @@ class LowLevelSession:
             self._lib.fuse_reply_err(req, errno.EIO)
 
     def _stat_struct(self, attrs: dict[str, Any], ino: int) -> Any:
-        st = _binding.c_stat()
+        st = binding.c_stat()
         for k, v in attrs.items():
             if k in ("st_atime", "st_mtime", "st_ctime"):
                 ts = getattr(st, k + "spec")
@@ -330,7 +197,7 @@ class LowLevelSession:
     def _do_lookup(self, req: int, path: str) -> None:
         attrs = self.ops.getattr(path)
         ino = self._remember(path)
-        e = _entry_type()(ino, 0, self._stat_struct(attrs, ino), self.timeout, self.timeout)
+        e = entry_type()(ino, 0, self._stat_struct(attrs, ino), self.timeout, self.timeout)
         if self._lib.fuse_reply_entry(req, ctypes.byref(e)) == -errno.ENOENT:
             self._forget(ino, 1)  # the lookup was interrupted: the kernel holds no reference
 
@@ -372,9 +239,9 @@ class LowLevelSession:
     def _do_read(self, req: int, fh: int, size: int, off: int) -> None:
         segs = self.ops.read_segments(None, size, off, fh)
         try:
-            bv = _bufvec_type(max(1, len(segs)))()
+            bv = bufvec_type(max(1, len(segs)))()
             # bytes are read in place: the reply is sent before fuse_reply_data returns
-            fill_bufvec(bv, segs, _address_of)
+            fill_bufvec(bv, segs, address_of)
             self._lib.fuse_reply_data(req, ctypes.byref(bv), 0)  # sent before it returns
         finally:
             for seg in segs:
@@ -419,12 +286,12 @@ class LowLevelSession:
             self._dirs[fh] = entries
         buf = ctypes.create_string_buffer(size)
         pos = 0
-        st = _binding.c_stat()
+        entry = binding.c_stat()
         for i in range(int(off), len(entries)):
-            name, mode = entries[i]
-            st.st_ino, st.st_mode = i + 2, mode  # only the type bits are used
+            encoded, mode = entries[i]
+            entry.st_ino, entry.st_mode = i + 2, mode  # only the type bits are used
             need = self._lib.fuse_add_direntry(req, ctypes.addressof(buf) + pos, size - pos,
-                                               name, ctypes.byref(st), i + 1)
+                                               encoded, ctypes.byref(entry), i + 1)
             if need > size - pos:
                 break
             pos += need
@@ -435,7 +302,7 @@ class LowLevelSession:
         self._lib.fuse_reply_err(req, 0)
 
     def _statfs(self, req: int, ino: int) -> None:
-        sv = _binding.c_statvfs()
+        sv = binding.c_statvfs()
         for k, v in self.ops.statfs("/").items():
             if hasattr(sv, k):
                 setattr(sv, k, v)
@@ -459,7 +326,7 @@ class LowLevelSession:
             "forget_multi": req_cb(self._forget_multi)}
         ops = LowLevelOps()
         for name, fn in handlers.items():
-            self._cbs[name] = cb = _TYPES[name](fn)  # kept alive for the session
+            self._cbs[name] = cb = CALLBACK_TYPES[name](fn)  # kept alive for the session
             setattr(ops, name, cb)
         self._ops_struct = ops
         return ops

@@ -1,0 +1,331 @@
+"""The mount's file system operations (:class:`CacheFuse`), served by both drivers.
+
+Read-only: ``getattr``, ``readdir``, ``open``, ``read`` (as bytes, into libfuse's reply
+buffer, or as block-file descriptors to splice), ``release``, ``statfs``; anything that
+would write is EROFS.
+
+Each open file handle remembers the last two blocks it read (:class:`.handle.Handle`): the
+kernel reads a block in several pieces (≤ 1 MiB on libfuse 3, 128 KiB on libfuse 2), and
+each block must count as one access and be verified once, not once per piece. On libfuse 3
+(before 3.17, whose buffer struct differs) a verified block's piece is not read by Python
+at all: ``read_buf`` hands libfuse the block file's descriptor and offset, and libfuse
+*splices* the reply from the file into ``/dev/fuse`` (page references through a pipe, as
+go-fuse and mergerfs do) — one copy per request less than reading it into the reply
+buffer, and no Python-side read.
+
+Metadata (``getattr``/``readdir``) comes from the engine's metadata cache
+(:meth:`~aicache.datacache.engine.CacheEngine.info`, :meth:`~aicache.datacache.engine.
+CacheEngine.ls`): no answer is older than ``metadata_ttl_s``, and the remote is asked with
+the engine's retries and timeout. An open handle reads the version it opened: its range
+reads are pinned to that version (:mod:`aicache.datacache.version`), and once the remote
+no longer holds it a read fails with ESTALE, never with bytes of another version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aicache.datacache.engine import CacheEngine, RemoteReadError
+from aicache.datacache.fuse.binding import (FUSE_CAP_SPLICE_WRITE, FuseOSError, Operations,
+                                            build_bufvec, splice_supported)
+from aicache.datacache.fuse.fdledger import FdLedger
+from aicache.datacache.fuse.handle import AS_BYTES, AS_DESCRIPTOR, INTO_BUFFER, Handle
+from aicache.datacache.fuse.kernel import raise_readahead
+from aicache.datacache.store import BlockKey
+from aicache.datacache.version import VersionGone
+
+log = logging.getLogger("aicache.fuse")
+
+
+class CacheFuse(Operations):  # type: ignore[misc]
+    """mfusepy operations: getattr, readdir, open, read, release, statfs (read-only)."""
+
+    use_ns = True  # nanosecond times (and no deprecation warning)
+
+    def __init__(self, engine_factory: Callable[[], CacheEngine], root: str, *,
+                 on_init: Callable[[CacheEngine], None] | None = None,
+                 mountpoint: str | None = None, readahead_kb: int = 0,
+                 splice_bytes: int = 0) -> None:
+        self._factory = engine_factory
+        #: the read request cap when replies are spliced (``read_buf``); 0: no splicing
+        self.splice_bytes = splice_bytes if splice_supported() else 0
+        self._fds = FdLedger()
+        if not self.splice_bytes:
+            # the binding registers only the callbacks that exist
+            self.read_buf = None  # type: ignore[method-assign, assignment]
+        self._mountpoint = mountpoint
+        self._readahead_kb = readahead_kb
+        #: the kernel readahead window set after mounting (None: not set / not possible)
+        self.readahead_kb: int | None = None
+        self._on_init = on_init
+        self.engine: CacheEngine | None = None
+        self.root = root.rstrip("/")
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = 1
+        self._lock = threading.Lock()
+        self._t0 = time.time()
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """libfuse 3's init: ask for spliced replies (when the kernel offers them) with
+        requests capped at :attr:`splice_bytes`, then :meth:`init`."""
+        if conn is not None and self.splice_bytes:
+            conn.want |= conn.capable & FUSE_CAP_SPLICE_WRITE
+            conn.max_read = self.splice_bytes  # must equal the max_read mount option
+        self.init("/")
+
+    # the engine is built in init(), i.e. after libfuse has daemonized (threads don't fork)
+    def init(self, path: str) -> None:
+        self.engine = self._factory()
+        if self._on_init is not None:
+            self._on_init(self.engine)
+        if self._mountpoint and self._readahead_kb > 0:
+            threading.Thread(target=self._set_readahead, name="aicache-readahead", daemon=True).start()
+
+    def _set_readahead(self) -> None:
+        """After the INIT reply (the kernel sets the window from it, overwriting anything
+        set earlier): set it, and check once more that it stuck."""
+        for _ in range(20):
+            time.sleep(0.25)
+            got = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]
+            if got is None:
+                return
+            time.sleep(0.25)
+            again = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]
+            if again is not None and again >= self._readahead_kb:
+                self.readahead_kb = again
+                log.info("kernel readahead of %s: %d KiB", self._mountpoint, again)
+                return
+
+    def destroy(self, path: str) -> None:
+        self._fds.close_all()
+        if self.engine is not None:
+            self.engine.close()
+
+    def _remote_path(self, path: str) -> str:
+        return self.root + path if path != "/" else self.root
+
+    def _attr(self, path: str) -> dict[str, Any] | None:
+        """``path``'s attributes (None: no such path), from the engine's metadata cache."""
+        engine = self.engine
+        assert engine is not None
+        try:
+            info = engine.info(self._remote_path(path))
+        except Exception as exc:  # noqa: BLE001 - a failed remote (retried) reads as EIO
+            log.warning("getattr %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+        return self._stat(info) if info is not None else None
+
+    def attr_fresh(self, path: str) -> bool:
+        """Whether :meth:`getattr` of ``path`` answers from the metadata cache (no remote)."""
+        return self.engine is not None and self.engine.info_is_cached(self._remote_path(path))
+
+    def cached_attr(self, path: str) -> dict[str, Any] | None:
+        """``path``'s cached attributes, fresh or not (a listing's entry types)."""
+        info = self.engine.cached_info(self._remote_path(path)) if self.engine is not None else None
+        return self._stat(info) if info is not None else None
+
+    def meta_fresh(self, path: str) -> bool:
+        """Whether :meth:`open` of ``path`` needs nothing from the remote."""
+        return self.engine is not None and self.engine.stat_is_cached(self._remote_path(path))
+
+    def read_is_local(self, fh: int, offset: int, size: int) -> bool:
+        """Whether a read of ``[offset, offset + size)`` through handle ``fh`` is served
+        from local block files without waiting (each block already held by the handle, or
+        verified in this process); False when some block may need a fetch or a whole-block
+        verification."""
+        h = self._handles.get(fh)
+        engine = self.engine
+        if h is None or engine is None:
+            return True  # answered at once (EBADF)
+        B = engine.block_size
+        end = min(offset + size, h.meta.size)
+        store = engine.store
+        m = h.meta
+        for idx in range(offset // B, (end - 1) // B + 1 if end > offset else offset // B):
+            if idx == h.cur[0] or idx == h.prev[0]:
+                continue
+            if not store.serves_ranges(BlockKey(m.path, m.version, idx)):
+                return False
+        return True
+
+    def _stat(self, info: dict[str, Any]) -> dict[str, Any]:
+        is_dir = info.get("type") == "directory"
+        mtime = info.get("mtime", info.get("LastModified", self._t0))
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        try:
+            mtime = float(mtime)
+        except (TypeError, ValueError):
+            mtime = self._t0
+        size = 0 if is_dir else int(info.get("size") or 0)
+        ns = int(mtime * 1e9)  # use_ns: times in nanoseconds
+        return {"st_mode": (stat.S_IFDIR | 0o555) if is_dir else (stat.S_IFREG | 0o444),
+                "st_nlink": 2 if is_dir else 1, "st_size": size, "st_mtime": ns,
+                "st_ctime": ns, "st_atime": ns, "st_uid": os.getuid(), "st_gid": os.getgid(),
+                "st_blocks": (size + 511) // 512}
+
+    # -- operations -------------------------------------------------------------------
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        if path == "/":
+            return self._stat({"type": "directory"})
+        st = self._attr(path)
+        if st is None:
+            raise FuseOSError(errno.ENOENT)
+        return st
+
+    def readdir(self, path: str, fh: int) -> list[str]:
+        engine = self.engine
+        assert engine is not None
+        try:
+            entries = engine.ls(self._remote_path(path))
+        except FileNotFoundError as exc:
+            raise FuseOSError(errno.ENOENT) from exc
+        except Exception as exc:  # noqa: BLE001 - a failed remote (retried) reads as EIO
+            log.warning("readdir %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+        names = [".", ".."]
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if name:
+                names.append(name)
+        return names
+
+    def open(self, path: str, flags: int) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC):
+            raise FuseOSError(errno.EROFS)
+        assert self.engine is not None
+        try:
+            meta = self.engine.stat(self._remote_path(path))
+        except (FileNotFoundError, IsADirectoryError) as exc:
+            raise FuseOSError(errno.ENOENT if isinstance(exc, FileNotFoundError) else errno.EISDIR) from exc
+        except OSError as exc:
+            raise FuseOSError(errno.EIO) from exc
+        info = self.engine.cached_info(self._remote_path(path))
+        if info is not None and int(info.get("size") or 0) != meta.size:
+            self.engine.forget_info(self._remote_path(path))  # they predate this version
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._handles[fh] = Handle(meta)
+        return fh
+
+    def _piece(self, fh: int, offset: int, size: int) -> tuple[Handle, CacheEngine, int, int]:
+        """The handle and engine of ``fh`` and the clipped request ``[offset, end)``."""
+        h = self._handles.get(fh)
+        if h is None:
+            raise FuseOSError(errno.EBADF)
+        engine = self.engine
+        assert engine is not None
+        return h, engine, offset, min(offset + size, h.meta.size)
+
+    def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
+        h, engine, offset, end = self._piece(fh, offset, size)
+        if end <= offset:
+            return b""
+        B = engine.block_size
+        try:
+            idx = offset // B
+            if (end - 1) // B != idx:
+                return engine.read_meta(h.meta, offset, end - offset)
+            s = offset - idx * B
+            return h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
+        except RemoteReadError as exc:
+            log.error("read %s: %s", path, exc)
+            raise FuseOSError(errno.EIO) from exc
+        except VersionGone as exc:
+            log.warning("read %s: %s", path, exc)
+            raise FuseOSError(errno.ESTALE) from exc
+
+    def read_into(self, path: str | None, buf: memoryview, offset: int, fh: int) -> int:
+        """:meth:`read` into the kernel reply buffer ``buf`` (the high-level driver, :mod:`.highlevel`):
+        a piece of one block goes straight from the block file into ``buf``."""
+        h, engine, offset, end = self._piece(fh, offset, len(buf))
+        B = engine.block_size
+        if end <= offset or (end - 1) // B == offset // B:
+            try:
+                if end <= offset:
+                    return 0
+                idx = offset // B
+                return h.serve(engine, idx, offset - idx * B, buf[:end - offset], INTO_BUFFER)
+            except RemoteReadError as exc:
+                log.error("read %s: %s", path, exc)
+                raise FuseOSError(errno.EIO) from exc
+            except VersionGone as exc:
+                log.warning("read %s: %s", path, exc)
+                raise FuseOSError(errno.ESTALE) from exc
+        data = self.read(path, end - offset, offset, fh)  # spans blocks: assembled by the engine
+        buf[:len(data)] = data
+        return len(data)
+
+    def read_segments(self, path: str | None, size: int, offset: int, fh: int
+                      ) -> list[tuple[int, int, int] | bytes]:
+        """The reply to a read of ``size`` bytes at ``offset``, block by block: a verified
+        block's range as an open ``(fd, offset, length)`` of its file (the caller closes
+        each fd), anything else as bytes. Each block counts as one access per handle, as
+        with :meth:`read_into`."""
+        h, engine, offset, end = self._piece(fh, offset, size)
+        B = engine.block_size
+        out: list[tuple[int, int, int] | bytes] = []
+        try:
+            pos = offset
+            while pos < end:
+                idx = pos // B
+                stop = min(end, (idx + 1) * B)
+                s = pos - idx * B
+                out.append(h.serve(engine, idx, s, s + (stop - pos), AS_DESCRIPTOR))
+                pos = stop
+        except BaseException as exc:
+            for seg in out:
+                if isinstance(seg, tuple):
+                    os.close(seg[0])
+            if isinstance(exc, RemoteReadError):
+                log.error("read %s: %s", path, exc)
+                raise FuseOSError(errno.EIO) from exc
+            if isinstance(exc, VersionGone):
+                log.warning("read %s: %s", path, exc)
+                raise FuseOSError(errno.ESTALE) from exc
+            raise
+        return out
+
+    def read_buf(self, path: str | None, bufpp: Any, size: int, offset: int, fh: int) -> int:
+        """libfuse's ``read_buf``: the reply as a ``fuse_bufvec`` of :meth:`read_segments`,
+        which libfuse splices from the block files into ``/dev/fuse`` (see the module
+        docstring); the descriptors are closed when this thread calls in next."""
+        tid = self._fds.settle()
+        segs = self.read_segments(path, size, offset, fh)
+        fds = [seg[0] for seg in segs if isinstance(seg, tuple)]
+        try:
+            p = build_bufvec(segs)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self._fds.hold(tid, fds)
+        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = p
+        return 0
+
+    def release(self, path: str | None, fh: int) -> int:
+        with self._lock:
+            self._handles.pop(fh, None)
+        return 0
+
+    def statfs(self, path: str) -> dict[str, Any]:
+        B = 4096
+        cap = self.engine.store.capacity if self.engine else 0
+        used = self.engine.store.used if self.engine else 0
+        return {"f_bsize": B, "f_frsize": B, "f_blocks": cap // B,
+                "f_bfree": max(0, cap - used) // B, "f_bavail": 0, "f_namemax": 255}
+
+    # read-only: everything that would write
+    def _rofs(self, *args: Any) -> Any:
+        raise FuseOSError(errno.EROFS)
+
+    chmod = chown = create = mkdir = rename = rmdir = symlink = truncate = unlink = write = _rofs
