@@ -182,6 +182,7 @@ def simulate_recorded(reqs: list[KVRequest], p: simkv.KVSimParams, monkeypatch,
 def test_store_matches_simulator(system: str, extra: dict, tmp_path, monkeypatch) -> None:
     reqs = trace(7)
     p = simkv.KVSimParams(system=system, model=TINY, dram_tokens=24 * BT, ssd_tokens=60 * BT,
+                          ssd_writes="instant",  # the store writes before its next call
                           session_window=600.0, in_flight=4, prefill_tps=200.0, p_tau=5.0,
                           **extra)
     m, calls = simulate_recorded(reqs, p, monkeypatch)
@@ -230,6 +231,7 @@ def test_partial_blocks_differ_only_by_slot_accounting(system: str, tmp_path,
     reproduces the store exactly — the gap is the size charge, nothing else."""
     reqs = partial_trace(11)
     p = simkv.KVSimParams(system=system, model=TINY, dram_tokens=24 * BT, ssd_tokens=60 * BT,
+                          ssd_writes="instant",  # the store writes before its next call
                           session_window=600.0, in_flight=4, prefill_tps=200.0, p_tau=5.0)
     m, calls = simulate_recorded(reqs, p, monkeypatch, SlotKVIndex)
     assert any(t < BT for c in calls if c[0] == "finish" for t in c[4])

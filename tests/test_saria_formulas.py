@@ -10,8 +10,8 @@ from aicache.errors import BadInput
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import KVObject, Tier
 from aicache.kv.saria import (
-    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, PromotionMode,
-    PromotionParams, TransferCoordinator, b_pace, promotion_allowed, promotion_target, r_star,
+    GB, IDEAL_SHARING, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode,
+    PromotionMode, PromotionParams, TransferCoordinator, b_pace, promotion_allowed, promotion_target, r_star,
     schedule,
 )
 
@@ -138,22 +138,27 @@ def test_b_pace_by_hand() -> None:
     assert b_pace(Bandwidths(100 * GB, 20 * GB, 48 * GB)) == 48 * GB
 
 
+# the spec's formulas alone (no overlap share, free coordinator); the SSD model's
+# defaults are checked in tests/test_sim_kv_ssd.py
+IDEAL = IDEAL_SHARING
+
+
 def test_coordinator_single_mixed_plan() -> None:
     job = [(48 * GB, 20 * GB)]
-    assert schedule(job, "serial") == [pytest.approx(2.0)]        # 48/48 + 20/20
-    assert schedule(job, "overlap") == [pytest.approx(2.0)]       # DRAM burst starves GDS
-    assert schedule(job, "coordinated") == [pytest.approx(68 / 48)]  # ideal V / B_GPU
+    assert schedule(job, "serial", sharing=IDEAL) == [pytest.approx(2.0)]        # 48/48 + 20/20
+    assert schedule(job, "overlap", sharing=IDEAL) == [pytest.approx(2.0)]       # DRAM burst starves GDS
+    assert schedule(job, "coordinated", sharing=IDEAL) == [pytest.approx(68 / 48)]  # ideal V / B_GPU
 
 
 def test_coordinator_two_requests_by_hand() -> None:
     jobs = [(48 * GB, 20 * GB), (10 * GB, 0.0)]
     # serial: both DRAM parts share 48 -> B done at 10/24; A's 38 GB DRAM at 48; then SSD 1 s
-    s = schedule(jobs, "serial")
+    s = schedule(jobs, "serial", sharing=IDEAL)
     assert s == [pytest.approx(10 / 24 + 38 / 48 + 1.0), pytest.approx(10 / 24)]
     # coordinated: DRAM paced to 28 (14 each) while A's SSD runs at 20
     #   B done at 10/14; A's SSD (20 − 20·10/14 left) at 20 -> t = 1.0; then A's DRAM
     #   (48 − 10 − 8 = 30 GB) unthrottled at 48 -> 1.625
-    c = schedule(jobs, "coordinated")
+    c = schedule(jobs, "coordinated", sharing=IDEAL)
     assert c == [pytest.approx(1.0 + 30 / 48), pytest.approx(10 / 14)]
 
 
@@ -161,8 +166,8 @@ def test_coordination_beats_serial_on_one_ssd_fig16_shape() -> None:
     p = 9.28125 * 2**30
     for disk, expect in ((8.0, 1 - (p / 8) / (p / 24 + p / 8)), (12.0, None)):
         bw = Bandwidths(24 * GB, disk * GB, 24 * GB)
-        serial = schedule([(p, p)], "serial", bw)[0]
-        coord = schedule([(p, p)], "coordinated", bw)[0]
+        serial = schedule([(p, p)], "serial", bw, sharing=IDEAL)[0]
+        coord = schedule([(p, p)], "coordinated", bw, sharing=IDEAL)[0]
         assert serial == pytest.approx(p / (24 * GB) + p / (disk * GB))
         assert coord < serial
         if expect is not None:
@@ -170,7 +175,8 @@ def test_coordination_beats_serial_on_one_ssd_fig16_shape() -> None:
 
 
 def test_coordinator_incremental_submission() -> None:
-    c = TransferCoordinator("coordinated", Bandwidths(48 * GB, 20 * GB, 48 * GB))
+    c = TransferCoordinator("coordinated", Bandwidths(48 * GB, 20 * GB, 48 * GB),
+                            sharing=IDEAL)
     c.submit("a", 0.0, 20 * GB, 0.0)           # SSD only: 1 s at 20
     assert c.advance(0.5) == []
     c.submit("b", 14 * GB, 0.0, 0.5)           # DRAM paced to 28 while a's SSD runs

@@ -53,6 +53,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "--prefill-gpus 1)")
     p.add_argument("--transfer", default=None, metavar="MODE",
                    help="override the reload schedule: serial, overlap, coordinated")
+    p.add_argument("--ssd-devices", type=int, default=1, metavar="N",
+                   help="SSDs every object is striped over (bandwidths add up; default 1)")
+    p.add_argument("--disk-gbps", type=float, default=20.0, metavar="X",
+                   help="one SSD's read (GDS) rate in GB/s (default 20)")
+    p.add_argument("--disk-write-gbps", type=float, default=18.8, metavar="X",
+                   help="one SSD's write rate in GB/s (default 18.8: 20 x the real store's "
+                        "measured write/read ratio)")
+    p.add_argument("--ssd-writes", default="queued", metavar="MODEL",
+                   help="queued: writes take SSD time, blocks are served from DRAM until "
+                        "written (default); instant: a write is readable when issued")
     p.add_argument("--dram-policy", default="lru", metavar="NAME",
                    help="DRAM eviction order (lru, fifo, or a registered policy such as saecache)")
     p.add_argument("--seed", type=int, default=0, help="generator and replay seed (default 0)")
@@ -82,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         theta_r=args.theta_r, admission=args.admission, promotion=args.promotion,
         session_window=parse_duration(args.session_window, what="--session-window"),
         in_flight=args.in_flight, transfer=args.transfer, dram_policy=args.dram_policy,
+        ssd_devices=args.ssd_devices, disk_gbps=args.disk_gbps,
+        disk_write_gbps=args.disk_write_gbps, ssd_writes=args.ssd_writes,
         seed=args.seed, **_queueing(args))
     _, model = validate(params)
     bad = 0

@@ -36,8 +36,14 @@ Decisions (where the seed is silent):
 * ``P_target`` is rounded down and capped at the number of SSD hits; the promoted blocks
   are the earliest SSD-sourced blocks of the prefix (the ones every later turn needs).
 * A block that cannot get DRAM (everything pinned) is simply not cached in DRAM.
-* Writes complete instantly in the index (the real store keeps the DRAM copy readable
-  until its write finishes); the coordinator models reads only.
+* Writes: by default a write is readable when issued (the real store writes before it
+  applies the next call). With ``deferred_writes`` (the simulator) a write is queued — the
+  block is a persistence candidate, served from DRAM — until the driver calls
+  ``complete_write``; a block evicted meanwhile keeps its DRAM copy as the write's source
+  ("write before reclaiming", *draining*) until then, and a DRAM copy dropped otherwise
+  cancels the write (the block is lost from both tiers). Prewrites start only when the
+  write queue drains within the block's DRAM lead time (``prewrite_write_bps``). The
+  :class:`TransferCoordinator` runs the write queue beside the reloads, sharing the SSD.
 * One call's :class:`Moves` is net, because a driver applies it only after the call: a
   block whose SSD copy the call dropped and then re-admits is *kept* (its bytes never
   left the device — ``stats.ssd_keeps``, not a write), and a block written and then
@@ -62,6 +68,9 @@ from aicache.kv.models import ModelSpec
 from aicache.kv.radix import KVObject, Namespace, RadixNode, RadixTree, Tier
 
 GB = 1e9
+#: weight of the newest eviction in the DRAM characteristic-time average (about the last
+#: 32 evictions count)
+_T_CHAR_GAIN = 1.0 / 32
 _DRAM, _SSD, _HBM = int(Tier.DRAM), int(Tier.SSD), int(Tier.HBM)
 _KV, _CK = KVObject.KV, KVObject.CHECKPOINT
 
@@ -196,11 +205,40 @@ def promotion_allowed(now: float, t_reuse: float, p_tau: float) -> bool:
 # ---------------------------------------------------------------------- coordination
 @dataclass(frozen=True, slots=True)
 class Bandwidths:
-    """Bytes/s of the shared GPU ingress link, the GDS (SSD→GPU) path and DRAM→GPU."""
+    """Bytes/s of the shared GPU ingress link, the GDS (SSD→GPU) path, DRAM→GPU, and the
+    SSD's write path (DRAM→SSD). ``disk`` and ``disk_write`` are the whole SSD array's:
+    an object striped over ``n`` drives moves at ``n`` times one drive's rate."""
 
     gpu: float = 48 * GB
     disk: float = 20 * GB
     dram: float = 48 * GB
+    disk_write: float = 18.8 * GB
+
+
+@dataclass(frozen=True, slots=True)
+class SharingModel:
+    """How the links are shared where the seed describes behaviour but gives no formula.
+
+    * ``overlap_ssd_share``: under uncoordinated overlap a DRAM burst takes the GPU ingress
+      link and SSD progress is "low" (seed Fig. 16), not zero: the SSD keeps this share of
+      its rate and DRAM gets the rest of the link.
+    * ``read_share``: reads and writes share one SSD's device time; while writes are queued,
+      reads get at most this share of it (writes get the rest, and all of it when no read
+      runs). A read stream at rate ``r`` uses ``r / disk`` of the device's time and leaves
+      writes ``disk_write · (1 − r / disk)``.
+    * ``coord_overhead_s_per_byte``: the coordinator's control work per paced SSD byte
+      (bounding and spacing submissions): while it coordinates, the SSD path moves at
+      ``1 / (1 / rate + overhead)``. ``0`` is the ideal coordinator.
+    """
+
+    overlap_ssd_share: float = 0.1
+    read_share: float = 0.5
+    coord_overhead_s_per_byte: float = 0.013 / GB
+
+
+#: the ideal links: an uncoordinated DRAM burst starves the SSD completely and the
+#: coordinator costs nothing (the formulas of the spec with nothing else)
+IDEAL_SHARING = SharingModel(0.0, 0.5, 0.0)
 
 
 def b_pace(bw: Bandwidths) -> float:
@@ -222,37 +260,57 @@ class _Job:
 
 
 class TransferCoordinator:
-    """Fluid (processor-sharing) model of concurrent reloads over one GPU ingress link.
+    """Fluid (processor-sharing) model of concurrent reloads over one GPU ingress link,
+    and of the SSD write queue sharing the SSD with them.
 
     Rates are piecewise constant between events (a job's DRAM or SSD part finishing, a
-    submission). With jobs ``A_d`` having runnable DRAM work and ``A_s`` SSD work:
+    write finishing, a submission). With jobs ``A_d`` having runnable DRAM work and
+    ``A_s`` SSD work, and ``D`` = the SSD's read rate (``disk``, or ``read_share · disk``
+    while writes are queued):
 
-    * serial / overlap (uncoordinated): DRAM gets ``min(B_DRAM, B_GPU)``; SSD gets what is
-      left, ``min(B_disk, B_GPU − rate_DRAM)`` — the DRAM burst starves the SSD (seed
-      Fig. 16). In ``serial`` a job's SSD part is runnable only after its DRAM part.
-    * coordinated: while any SSD work is runnable SSD gets ``min(B_disk, B_GPU)`` and DRAM
-      the residual ``min(B_DRAM, B_GPU − rate_SSD)`` (= ``B_pace`` at full SSD rate);
-      with no SSD work DRAM runs unthrottled.
+    * serial / overlap (uncoordinated): SSD gets ``max(φ·D, min(D, B_GPU − min(B_DRAM,
+      B_GPU)))`` (φ = ``overlap_ssd_share``) and DRAM the rest of the link, at most
+      ``B_DRAM``: the DRAM burst leaves the SSD little (seed Fig. 16). In ``serial`` a job's
+      SSD part is runnable only after its DRAM part.
+    * coordinated: while any SSD work is runnable DRAM is paced to ``min(B_DRAM, B_GPU,
+      est.B_GPU − est.B_disk)`` and the SSD gets ``min(D', B_GPU − rate_DRAM)`` with
+      ``D' = 1 / (1/D + overhead)``; with no SSD work DRAM runs unthrottled.
+    * writes (FIFO; each a ``size`` in bytes, DRAM→SSD, not over the GPU link) get
+      ``disk_write · (1 − rate_SSD_read / disk)``.
 
-    Each class's rate is split equally among its jobs. ``estimates`` (the coordinator's
-    configured bandwidths) may differ from ``actual`` ones: pacing uses the estimate of
-    B_disk while the SSD delivers at most the actual rate.
+    Each read class's rate is split equally among its jobs. ``estimates`` (the
+    coordinator's configured bandwidths) may differ from ``actual`` ones: pacing uses the
+    estimate of B_disk while the SSD delivers at most the actual rate.
     """
 
-    __slots__ = ("mode", "bw", "est", "now", "_jobs", "_done")
+    __slots__ = ("mode", "bw", "est", "share", "now", "_jobs", "_writes", "_writes_done")
 
     def __init__(self, mode: TransferMode | str = TransferMode.COORDINATED,
                  bandwidths: Bandwidths | None = None,
-                 estimates: Bandwidths | None = None) -> None:
+                 estimates: Bandwidths | None = None,
+                 sharing: SharingModel | None = None) -> None:
         self.mode = TransferMode(mode)
         self.bw = bandwidths or Bandwidths()
         self.est = estimates or self.bw
+        self.share = sharing or SharingModel()
         self.now = 0.0
         self._jobs: dict[Hashable, _Job] = {}
-        self._done: list[Hashable] = []
+        #: queued writes, FIFO: key -> bytes left
+        self._writes: OrderedDict[Hashable, float] = OrderedDict()
+        self._writes_done: list[Hashable] = []
 
     def __len__(self) -> int:
+        return len(self._jobs) + len(self._writes)
+
+    @property
+    def reads(self) -> int:
+        """Reload jobs still running."""
         return len(self._jobs)
+
+    @property
+    def write_backlog_bytes(self) -> float:
+        """Bytes of queued writes not yet on the SSD."""
+        return float(sum(self._writes.values()))
 
     def submit(self, key: Hashable, dram_bytes: float, ssd_bytes: float, now: float) -> None:
         """Add a request's reload (call :meth:`advance` to ``now`` first)."""
@@ -263,7 +321,26 @@ class TransferCoordinator:
             raise ValueError(f"transfer {key!r} already submitted")
         self._jobs[key] = _Job(key, float(dram_bytes), float(ssd_bytes))
 
-    def _rates(self) -> tuple[float, float, int, int]:
+    def submit_write(self, key: Hashable, nbytes: float, now: float) -> None:
+        """Queue an SSD write of ``nbytes`` (it completes in FIFO order)."""
+        if now < self.now - 1e-9:
+            raise ValueError("time went backwards")
+        self.advance(now)
+        if key in self._writes:
+            raise ValueError(f"write {key!r} already queued")
+        self._writes[key] = float(nbytes)
+
+    def cancel_write(self, key: Hashable) -> bool:
+        """Drop a queued write (its source is gone); False when it is not queued."""
+        return self._writes.pop(key, None) is not None
+
+    def take_writes_done(self) -> list[Hashable]:
+        """Writes completed since the last call, in completion order."""
+        out, self._writes_done = self._writes_done, []
+        return out
+
+    def _rates(self) -> tuple[float, float, float]:
+        """(per-job DRAM rate, per-job SSD rate, write rate of the queue's head)."""
         mode = self.mode
         nd = ns = 0
         for j in self._jobs.values():
@@ -271,19 +348,29 @@ class TransferCoordinator:
                 nd += 1
             if j.ssd > 0 and (mode is not TransferMode.SERIAL or j.dram <= 0):
                 ns += 1
-        bw = self.bw
+        bw, sh = self.bw, self.share
+        writing = bool(self._writes)
+        disk = bw.disk * (sh.read_share if writing else 1.0)
         if mode is TransferMode.COORDINATED and ns:
+            if sh.coord_overhead_s_per_byte > 0 and disk > 0:
+                disk = 1.0 / (1.0 / disk + sh.coord_overhead_s_per_byte)
             rd = min(bw.dram, bw.gpu, max(0.0, self.est.gpu - self.est.disk)) if nd else 0.0
+            rs = min(disk, bw.gpu - rd)
+        elif ns and nd:
+            rs = min(disk, max(sh.overlap_ssd_share * disk, bw.gpu - min(bw.dram, bw.gpu)))
+            rd = min(bw.dram, bw.gpu - rs)
         else:
             rd = min(bw.dram, bw.gpu) if nd else 0.0
-        rs = min(bw.disk, bw.gpu - rd) if ns else 0.0
-        return (rd / nd if nd else 0.0), (rs / ns if ns else 0.0), nd, ns
+            rs = min(disk, bw.gpu) if ns else 0.0
+        rw = bw.disk_write * max(0.0, 1.0 - rs / bw.disk) if writing and bw.disk > 0 else (
+            bw.disk_write if writing else 0.0)
+        return (rd / nd if nd else 0.0), (rs / ns if ns else 0.0), rw
 
     def next_event(self) -> float:
-        """Time of the next part completion (``inf`` when idle or stalled)."""
-        if not self._jobs:
+        """Time of the next part or write completion (``inf`` when idle or stalled)."""
+        if not self._jobs and not self._writes:
             return math.inf
-        pd, ps, _, _ = self._rates()
+        pd, ps, rw = self._rates()
         dt = math.inf
         serial = self.mode is TransferMode.SERIAL
         for j in self._jobs.values():
@@ -293,24 +380,35 @@ class TransferCoordinator:
                 dt = min(dt, j.dram / pd)
             if j.ssd > 0 and ps > 0 and (not serial or j.dram <= 0):
                 dt = min(dt, j.ssd / ps)
+        if self._writes and rw > 0:
+            head = next(iter(self._writes.values()))
+            dt = min(dt, max(0.0, head) / rw)
         return self.now + dt
 
     def advance(self, t: float) -> list[Hashable]:
-        """Move the fluid model to time ``t``; returns the jobs that completed by then."""
+        """Move the fluid model to time ``t``; returns the reload jobs that completed by
+        then (completed writes are collected for :meth:`take_writes_done`)."""
         done: list[Hashable] = []
         serial = self.mode is TransferMode.SERIAL
+        writes = self._writes
         while True:
             finished = [k for k, j in self._jobs.items() if j.dram <= 0 and j.ssd <= 0]
             for key in finished:
                 del self._jobs[key]
                 done.append(key)
-            if not self._jobs or t <= self.now:
+            while writes:
+                k, left = next(iter(writes.items()))
+                if left > 0:
+                    break
+                del writes[k]
+                self._writes_done.append(k)
+            if (not self._jobs and not writes) or t <= self.now:
                 break
             nxt = self.next_event()
             step_to = min(t, nxt)
             dt = step_to - self.now
             if dt > 0:
-                pd, ps, _, _ = self._rates()  # constant during the step
+                pd, ps, rw = self._rates()  # constant during the step
                 # less than a nanosecond of work left counts as done (float time
                 # resolution at large ``now`` would otherwise stall the model)
                 eps_d, eps_s = max(1e-3, pd * 1e-9), max(1e-3, ps * 1e-9)
@@ -324,6 +422,10 @@ class TransferCoordinator:
                         j.ssd -= ps * dt
                         if j.ssd <= eps_s:
                             j.ssd = 0.0
+                if writes and rw > 0:
+                    k = next(iter(writes))
+                    left = writes[k] - rw * dt
+                    writes[k] = 0.0 if left <= max(1e-3, rw * 1e-9) else left
             self.now = step_to
             if nxt > t:
                 break
@@ -331,22 +433,26 @@ class TransferCoordinator:
         return done
 
     def run_until_idle(self) -> dict[Hashable, float]:
-        """Completion time of every outstanding job (for micro-benchmarks and tests)."""
+        """Completion time of every outstanding job and write (for micro-benchmarks and
+        tests)."""
         out: dict[Hashable, float] = {}
-        while self._jobs:
+        while self._jobs or self._writes:
             t = self.next_event()
             if math.isinf(t):
                 raise RuntimeError("transfer stalled: a bandwidth is zero")
             for k in self.advance(t):
+                out[k] = self.now
+            for k in self.take_writes_done():
                 out[k] = self.now
         return out
 
 
 def schedule(jobs: Sequence[tuple[float, float]], mode: TransferMode | str,
              bandwidths: Bandwidths | None = None,
-             estimates: Bandwidths | None = None) -> list[float]:
+             estimates: Bandwidths | None = None,
+             sharing: SharingModel | None = None) -> list[float]:
     """Completion times of jobs ``(dram_bytes, ssd_bytes)`` all submitted at time 0."""
-    c = TransferCoordinator(mode, bandwidths, estimates)
+    c = TransferCoordinator(mode, bandwidths, estimates, sharing)
     for i, (d, s) in enumerate(jobs):
         c.submit(i, d, s, 0.0)
     done = c.run_until_idle()
@@ -403,6 +509,9 @@ class Moves:
     promotions: list[RadixNode] = field(default_factory=list)
     dram_drops: list[RadixNode] = field(default_factory=list)
     ssd_drops: list[RadixNode] = field(default_factory=list)
+    #: queued writes (of earlier calls, :attr:`KVIndexParams.deferred_writes`) to abandon:
+    #: their DRAM source is gone, so the block is lost from both tiers
+    write_cancels: list[RadixNode] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -432,6 +541,12 @@ class IndexStats:
     #: SSD writes cancelled because the same call dropped the copy again before the
     #: driver could write it (tiny SSD, long prompt)
     ssd_writes_withdrawn: int = 0
+    #: deferred writes abandoned before completing (the DRAM source went first)
+    ssd_writes_cancelled: int = 0
+    #: prewrites not started: the write queue would not drain within the block's lead time
+    prewrites_gated: int = 0
+    #: deferred writes the driver reported complete
+    ssd_writes_completed: int = 0
 
 
 @dataclass(frozen=True)
@@ -451,13 +566,21 @@ class KVIndexParams:
     #: replaces the E/R rule's decisions (``admission`` still names full-duplicate);
     #: ``None`` = the seed's rule
     admission_policy: SSDAdmission | None = None
+    #: a write is on the SSD only when the driver calls :meth:`KVIndex.complete_write`
+    #: (the simulator's write queue); until then the block is served from DRAM. False: a
+    #: write is readable when issued (a driver that writes before it applies the next call)
+    deferred_writes: bool = False
+    #: write rate (bytes/s) the prewrite gate assumes: a prewrite starts only if the queued
+    #: writes and this one drain within the block's expected DRAM lead time. None: no gate
+    prewrite_write_bps: float | None = None
 
 
 class KVIndex:
     """SARIA's cache manager over a :class:`RadixTree`: DRAM/SSD accounting, admission,
     reload planning and promotion. Capacity invariants: ``dram_used ≤ dram_capacity`` and
     ``ssd_used ≤ ssd_capacity`` after every call; the DRAM policy holds exactly the nodes
-    with a DRAM copy; ``ssd_lru`` exactly those with an SSD copy."""
+    with a DRAM copy that are not ``draining``; ``ssd_lru`` exactly those with an SSD copy
+    or a queued write (``writing``)."""
 
     def __init__(self, params: KVIndexParams) -> None:
         self.p = params
@@ -487,6 +610,15 @@ class KVIndex:
         self._op_moves: Moves | None = None
         self._op_dropped: set[RadixNode] = set()
         self._op_written: set[RadixNode] = set()
+        #: deferred writes issued and not complete (node -> bytes): SSD space reserved,
+        #: not readable from SSD, never an SSD eviction victim
+        self.writing: dict[RadixNode, int] = {}
+        self.pending_write_bytes = 0
+        #: evicted from DRAM while their write runs: out of the DRAM policy and of
+        #: ``dram_used`` (the room is handed on), the DRAM copy serves reads until the
+        #: write completes
+        self.draining: set[RadixNode] = set()
+        self._t_char = math.inf  # see dram_lead_time
 
     @property
     def rule(self) -> AdmissionRule:
@@ -596,8 +728,9 @@ class KVIndex:
             n.t_reuse = now
             if src is Tier.DRAM:
                 n.t_access = now
-                pol.on_access(n, now)
-                if prewrite and not n.kv_loc & _SSD and adm.prewrite_now(n, now):
+                self._dram_touch(n, now, moves)
+                if (prewrite and not n.kv_loc & _SSD and n not in self.writing
+                        and adm.prewrite_now(n, now) and self._prewrite_fits(n, now)):
                     if self._ssd_write(n, now, moves):
                         moves.prewrites.append(n)
                         st.prewrites += 1
@@ -656,21 +789,55 @@ class KVIndex:
             n.t_access = now
             if dram_on:
                 if n.kv_loc & _DRAM:
-                    pol.on_access(n, now)
+                    self._dram_touch(n, now, moves)
                 elif not self._dram_insert(n, now, moves, guard=False):
                     self.stats.dram_store_failures += 1
-                if ssd_on and not n.kv_loc & _SSD:
+                if ssd_on and not n.kv_loc & _SSD and n not in self.writing:
                     if rule.everything:
                         self._ssd_write(n, now, moves)
-                    elif prewrite and n.kv_loc & _DRAM and adm.prewrite_at_store(n, now):
+                    elif (prewrite and n.kv_loc & _DRAM and adm.prewrite_at_store(n, now)
+                          and self._prewrite_fits(n, now)):
                         if self._ssd_write(n, now, moves):
                             moves.prewrites.append(n)
                             self.stats.prewrites += 1
-            elif ssd_on and not n.kv_loc & _SSD:
+            elif ssd_on and not n.kv_loc & _SSD and n not in self.writing:
                 self._ssd_write(n, now, moves)  # gds-only: KV lives on SSD only
-            elif ssd_on:
+            elif ssd_on and n in self.ssd_lru:
                 self.ssd_lru.move_to_end(n)
         return moves
+
+    def _dram_touch(self, n: RadixNode, now: float, moves: Moves) -> None:
+        """A hit on / re-store of a DRAM block. A draining one (evicted, write still
+        running) is reused: it rejoins the DRAM policy if room can be made (its write goes
+        on as a prewrite); otherwise its copy still goes when the write completes."""
+        if n not in self.draining:
+            self.policy.on_access(n, now)
+            return
+        size = self.size(n)
+        if self.dram_used + size > self.dram_capacity and not self.make_dram_room(
+                size, now, moves):
+            return
+        self.draining.discard(n)
+        self.dram_used += size
+        self.policy.on_insert(n, now)
+
+    def dram_lead_time(self, now: float) -> float:
+        """How long a block just used is expected to stay in DRAM: the DRAM's
+        characteristic time, a moving average of the idle time of the blocks it evicted
+        (``inf`` before the first eviction). The next victim's own idle time would not
+        do: a victim stored by the same request has been idle for no time at all."""
+        return self._t_char
+
+    def _prewrite_fits(self, n: RadixNode, now: float) -> bool:
+        """The seed's condition for a prewrite, "sufficient lead time and write
+        bandwidth": the write queue, with this block, drains within the lead time."""
+        bps = self.p.prewrite_write_bps
+        if bps is None:
+            return True
+        if (self.pending_write_bytes + self.size(n)) / bps <= self.dram_lead_time(now):
+            return True
+        self.stats.prewrites_gated += 1
+        return False
 
     def _promote(self, plan: ReloadPlan, now: float, moves: Moves) -> None:
         mode = self.prom.mode
@@ -744,18 +911,27 @@ class KVIndex:
         n.E += 1
         st = self.stats
         st.dram_evictions += 1
+        idle = max(0.0, now - n.t_access)
+        self._t_char = idle if math.isinf(self._t_char) else (
+            self._t_char + _T_CHAR_GAIN * (idle - self._t_char))
         if self.ssd_capacity > 0 and self.ssd_admitting and not n.kv_loc & _SSD:
             if self._rule.everything or self.adm.at_eviction(n, now):
                 st.admitted_at_eviction += 1
-                self._ssd_write(n, now, moves)
+                if n not in self.writing:
+                    self._ssd_write(n, now, moves)
             else:
                 st.rejected_at_eviction += 1
+                if n in self.writing:
+                    self._cancel_write(n, moves)
         self.policy.on_remove(n)
-        self.tree.set_location(n, _KV, Tier.DRAM, False)
-        if n.has_ckpt:
-            self.tree.set_location(n, _CK, Tier.DRAM, False)
         self.dram_used -= self.size(n)
-        moves.dram_drops.append(n)
+        if n in self.writing:
+            # write before reclaiming: the DRAM copy is the write's source and serves
+            # reads until :meth:`complete_write`; its room already goes to the block being
+            # offloaded, which waits in HBM for the write (an offload stall, not a loss)
+            self.draining.add(n)
+            return
+        self._free_dram(n, moves)
 
     def _ssd_write(self, n: RadixNode, now: float, moves: Moves) -> bool:
         """Admit ``n`` to SSD (making room by SSD LRU). True when a write was issued.
@@ -773,10 +949,11 @@ class KVIndex:
         if size > cap or not self.ssd_admitting:
             return False
         lru = self.ssd_lru
+        writing = self.writing
         while self.ssd_used + size > cap:
             victim = None
             for v in lru:
-                if not v.pins:
+                if not v.pins and v not in writing:
                     victim = v
                     break
             if victim is None:
@@ -784,11 +961,15 @@ class KVIndex:
             self.drop_ssd(victim, moves)
         self.ssd_used += size
         lru[n] = None
-        self.tree.set_location(n, _KV, Tier.SSD, True)
-        if n.has_ckpt:
-            self.tree.set_location(n, _CK, Tier.SSD, True)
         st = self.stats
         self._scope(moves)
+        if n in self._op_dropped or not self.p.deferred_writes:
+            self.tree.set_location(n, _KV, Tier.SSD, True)
+            if n.has_ckpt:
+                self.tree.set_location(n, _CK, Tier.SSD, True)
+        else:
+            writing[n] = size
+            self.pending_write_bytes += size
         if n in self._op_dropped:
             self._op_dropped.discard(n)
             moves.ssd_drops.remove(n)
@@ -802,6 +983,54 @@ class KVIndex:
         moves.ssd_writes.append(n)
         self.adm.on_write(n, size, now)
         return True
+
+    def complete_write(self, n: RadixNode, now: float) -> Moves:
+        """The driver finished writing ``n`` (:attr:`KVIndexParams.deferred_writes`): its
+        SSD copy becomes readable; a draining block's DRAM copy is freed now (listed in
+        ``dram_drops``). A write that was cancelled meanwhile changes nothing."""
+        moves = Moves()
+        self._scope(moves)
+        size = self.writing.pop(n, None)
+        if size is None:
+            return moves
+        self.pending_write_bytes -= size
+        self.tree.set_location(n, _KV, Tier.SSD, True)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.SSD, True)
+        self.stats.ssd_writes_completed += 1
+        if n in self.draining:
+            self.draining.discard(n)
+            self._free_dram(n, moves)
+        return moves
+
+    def _free_dram(self, n: RadixNode, moves: Moves) -> None:
+        """Clear ``n``'s DRAM copy (its bytes already left ``dram_used``)."""
+        self.tree.set_location(n, _KV, Tier.DRAM, False)
+        if n.has_ckpt:
+            self.tree.set_location(n, _CK, Tier.DRAM, False)
+        moves.dram_drops.append(n)
+
+    def _cancel_write(self, n: RadixNode, moves: Moves) -> None:
+        """Abandon ``n``'s queued write (its DRAM source goes): SSD space freed, the
+        write uncounted; the driver drops it from its queue (``write_cancels``)."""
+        size = self.writing.pop(n)
+        self.pending_write_bytes -= size
+        del self.ssd_lru[n]
+        self.ssd_used -= size
+        st = self.stats
+        st.ssd_writes -= 1
+        st.ssd_write_bytes -= size
+        self._scope(moves)
+        if n in self._op_written:  # issued by this same call: never reached the driver
+            self._op_written.discard(n)
+            moves.ssd_writes.remove(n)
+            if n in moves.prewrites:
+                moves.prewrites.remove(n)
+                st.prewrites -= 1
+            st.ssd_writes_withdrawn += 1
+            return
+        st.ssd_writes_cancelled += 1
+        moves.write_cancels.append(n)
 
     def _scope(self, moves: Moves) -> None:
         """One driver call = one Moves: a new Moves means the previous one was applied."""
@@ -899,12 +1128,14 @@ class KVIndex:
                 self.tree.set_location(n, _CK, Tier.SSD, False)
             moves.ssd_drops.append(n)
         elif tier is Tier.DRAM and n.kv_loc & _DRAM:
-            self.policy.on_remove(n)
-            self.tree.set_location(n, _KV, Tier.DRAM, False)
-            if n.has_ckpt:
-                self.tree.set_location(n, _CK, Tier.DRAM, False)
-            self.dram_used -= size
-            moves.dram_drops.append(n)
+            if n in self.draining:
+                self.draining.discard(n)
+            else:
+                self.policy.on_remove(n)
+                self.dram_used -= size
+            if n in self.writing:  # the write's source is gone: lost from both tiers
+                self._cancel_write(n, moves)
+            self._free_dram(n, moves)
         elif tier not in (Tier.SSD, Tier.DRAM):
             raise ValueError(f"lose_copy: {tier!r} is not a tier the index manages")
         else:

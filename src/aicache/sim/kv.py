@@ -52,9 +52,9 @@ from aicache.errors import BadInput
 from aicache.kv.admission import OracleAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.saria import (
-    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, PromotionMode,
-    PromotionParams, ReloadPlan, RequestAttrs, SSDAdmission, Tier, TransferCoordinator,
-    TransferMode,
+    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, Moves,
+    PromotionMode, PromotionParams, ReloadPlan, RequestAttrs, SharingModel, SSDAdmission, Tier,
+    TransferCoordinator, TransferMode,
 )
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
@@ -133,9 +133,19 @@ class KVSimParams:
     transfer: str | None = None         #: serial / overlap / coordinated
     prewrite: bool = True
     gpu_gbps: float = 48.0
-    disk_gbps: float = 20.0
+    disk_gbps: float = 20.0             #: one SSD's read (GDS) rate
     dram_gbps: float = 48.0
     est_disk_gbps: float | None = None  #: coordinator's estimate of B_disk (default: exact)
+    #: one SSD's write rate: the seed's 20 GB/s read scaled by the real store's measured
+    #: write/read ratio (docs/results/ssd-model.md)
+    disk_write_gbps: float = 18.8
+    ssd_devices: int = 1                #: drives every object is striped over
+    #: queued: a write takes SSD bandwidth and time, the block is served from DRAM until
+    #: it completes; instant: a write is readable when issued (this simulator's earlier model)
+    ssd_writes: str = "queued"
+    overlap_ssd_share: float = 0.1      #: SSD share of its rate under an uncoordinated burst
+    read_share: float = 0.5             #: device time reads keep while writes are queued
+    coord_overhead_s_per_gb: float = 0.013  #: coordinator control time per paced SSD GB
     session_window: float = 12 * 3600.0
     in_flight: int = 4
     prefill_tps: float = 6500.0         #: replay clock rate; per-GPU rate when queueing
@@ -249,6 +259,9 @@ def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndex
         prewrite=p.prewrite,
         dram_policy=p.dram_policy,
         metadata_window=p.metadata_window,
+        deferred_writes=p.ssd_writes == "queued",
+        prewrite_write_bps=(p.disk_write_gbps * p.ssd_devices * GB
+                            if p.ssd_writes == "queued" else None),
     )
 
 
@@ -274,8 +287,16 @@ def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
         raise BadInput(f"--promotion {p.promotion} must be a DRAM share between 0 and 1")
     if not p.session_window > 0:
         raise BadInput("--session-window must be a positive duration, e.g. 12h")
-    if p.prefill_tps <= 0 or min(p.gpu_gbps, p.disk_gbps, p.dram_gbps) <= 0:
+    if p.prefill_tps <= 0 or min(p.gpu_gbps, p.disk_gbps, p.dram_gbps, p.disk_write_gbps) <= 0:
         raise BadInput("prefill rate and bandwidths must be positive")
+    if p.ssd_devices < 1:
+        raise BadInput(f"--ssd-devices {p.ssd_devices} must be at least 1")
+    if p.ssd_writes not in ("queued", "instant"):
+        raise BadInput(f"ssd writes {p.ssd_writes!r}; valid: queued, instant")
+    if not (0.0 <= p.overlap_ssd_share <= 1.0 and 0.0 < p.read_share <= 1.0
+            and p.coord_overhead_s_per_gb >= 0):
+        raise BadInput("--overlap-ssd-share must be in [0, 1], --read-share in (0, 1], "
+                       "--coord-overhead non-negative")
     for name, val, enum in (("promotion mode", p.promotion_mode, PromotionMode),
                             ("lookup", p.lookup, LookupMode), ("transfer", p.transfer, TransferMode)):
         if val is not None:
@@ -351,10 +372,15 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     if adm_policy is not None:
         ip = replace(ip, admission_policy=adm_policy)
     index = KVIndex(ip)
-    bw = Bandwidths(params.gpu_gbps * GB, params.disk_gbps * GB, params.dram_gbps * GB)
+    nd = params.ssd_devices  # striped: every object spread over all drives
+    bw = Bandwidths(params.gpu_gbps * GB, params.disk_gbps * nd * GB, params.dram_gbps * GB,
+                    params.disk_write_gbps * nd * GB)
     est = replace(bw, disk=params.est_disk_gbps * GB) if params.est_disk_gbps else None
+    sharing = SharingModel(params.overlap_ssd_share, params.read_share,
+                           params.coord_overhead_s_per_gb / GB)
     coord = TransferCoordinator(TransferMode(params.transfer) if params.transfer else spec.transfer,
-                                bw, est)
+                                bw, est, sharing)
+    deferred = ip.deferred_writes
     ns = (model.name, None)
     cb = model.block_tokens
     ck_every = index.ck_every
@@ -391,6 +417,15 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     t_last = t_first
     last_arrival = t_first
 
+    def apply(moves: Moves, t: float) -> None:
+        """Queue an index call's SSD writes (and drop its cancelled ones)."""
+        for w in moves.ssd_writes:
+            ssd_read_marked.discard(w)
+            if deferred:
+                coord.submit_write(w, index.size(w), t)
+        for w in moves.write_cancels:
+            coord.cancel_write(w)
+
     def start(r: _Req, t: float) -> None:
         nonlocal in_flight, block_events, dram_hit_blocks, ssd_hit_blocks, hit_requests
         nonlocal all_dram_requests, read_copies
@@ -413,7 +448,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         if ck_every:
             a -= a % ck_every
         r.achievable = a
-        index.begin(plan, t)
+        apply(index.begin(plan, t), t)
         r.plan = plan
         if plan.nodes:
             hit_requests += 1
@@ -455,10 +490,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         tokens = [cb] * n
         if n:
             tokens[-1] = r.last_tokens
-        moves = index.finish(plan, keys, t, tokens=tokens,
-                             attrs=RequestAttrs(r.session, r.turn, r.types))
-        for w in moves.ssd_writes:
-            ssd_read_marked.discard(w)
+        apply(index.finish(plan, keys, t, tokens=tokens,
+                           attrs=RequestAttrs(r.session, r.turn, r.types)), t)
         sid = 0
         for k in keys:
             key = (sid, k)
@@ -489,7 +522,10 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         t_heap = heap[0][0] if heap else math.inf
         t_coord = coord.next_event() if len(coord) else math.inf
         if t_coord <= t_heap:
-            for job in coord.advance(t_coord):
+            jobs = coord.advance(t_coord)
+            for w in coord.take_writes_done():
+                index.complete_write(w, coord.now)  # type: ignore[arg-type]
+            for job in jobs:
                 transfer_done(job, coord.now)  # type: ignore[arg-type]
             continue
         t, _, kind, r = heapq.heappop(heap)
@@ -578,6 +614,12 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "ssd_keep_blocks": int(st.ssd_keeps),
         "ssd_keep_bytes": int(st.ssd_keep_bytes),
         "ssd_writes_withdrawn": int(st.ssd_writes_withdrawn),
+        "ssd_write_model": params.ssd_writes,
+        "ssd_devices": params.ssd_devices,
+        # queued writes abandoned because the DRAM source went first (block lost)
+        "ssd_writes_cancelled": int(st.ssd_writes_cancelled),
+        "prewrites_gated": int(st.prewrites_gated),
+        "dram_store_failures": int(st.dram_store_failures),
         "ssd_read_blocks": int(st.ssd_reads),
         "ssd_writes_never_read_frac": (1.0 - read_copies / st.ssd_writes) if st.ssd_writes else None,
         "ssd_reads_per_write": st.ssd_reads / st.ssd_writes if st.ssd_writes else None,
