@@ -47,6 +47,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--allow-other", action="store_true",
                    help="let other users read the mount (libfuse's allow_other; a non-root user "
                         "needs user_allow_other in /etc/fuse.conf). Default: only you")
+    p.add_argument("--uid", default=None, metavar="UID",
+                   help="owner of the files and directories in the mount: a user id or name "
+                        "(default: you)")
+    p.add_argument("--gid", default=None, metavar="GID",
+                   help="their group: a group id or name (default: your group)")
     p.add_argument("--log-file", default=None, metavar="PATH",
                    help="where the mount logs (default: CACHE_DIR/mount.log when it runs in the "
                         "background; stderr with --foreground)")
@@ -116,6 +121,31 @@ def check_cache_dir(path: str, mode: int = 0o600) -> None:
     except OSError as exc:
         raise BadInput(f"--cache-dir {path!r} is not a writable directory ({exc.strerror}); "
                        "give a directory on a local disk") from None
+
+
+def owner_ids(uid: str | None, gid: str | None) -> tuple[int | None, int | None]:
+    """``--uid``/``--gid`` as ids: a number (0 … 2**32 - 2) or a user/group name of this
+    machine; None where not given (the mounting user's)."""
+    import grp
+    import pwd
+
+    def resolve(flag: str, value: str | None, by_name: Any, kind: str) -> int | None:
+        if value is None:
+            return None
+        if value.isdigit():
+            n = int(value)
+            if n < 2 ** 32 - 1:  # (uid_t) -1 means "unchanged" to the kernel
+                return n
+        else:
+            try:
+                return int(by_name(value)[2])
+            except KeyError:
+                pass
+        raise BadInput(f"{flag} {value!r} is not a {kind} id (0 to {2 ** 32 - 2}) or a {kind} "
+                       f"name of this machine; give e.g. {flag} 1000")
+
+    return (resolve("--uid", uid, pwd.getpwnam, "user"),
+            resolve("--gid", gid, grp.getgrnam, "group"))
 
 
 def check_mountpoint(path: str) -> None:
@@ -274,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
         check_metrics_port(args.metrics_port)  # before detaching: a background mount is silent
     if os.path.ismount(mp):
         raise BadInput(f"MOUNTPOINT {args.mountpoint!r} is already a mount point; unmount it first")
+    uid, gid = owner_ids(args.uid, args.gid)
     size, params = engine_config(args)
     check_cache_dir(args.cache_dir, params.cache_mode)
     check_joinable(os.path.abspath(args.cache_dir), size)
@@ -311,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
               policy=args.policy, advisor=args.advisor, params=params,
               foreground=True, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
-              direct_io=args.direct_io, fuse_api=args.fuse_api, allow_other=args.allow_other)
+              direct_io=args.direct_io, fuse_api=args.fuse_api, allow_other=args.allow_other,
+              uid=uid, gid=gid)
     finally:
         if recorder is not None:
             recorder.close()

@@ -27,7 +27,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
           foreground: bool = True, metrics_port: int | None = None,
           record: Callable[[float, str, int, int], None] | None = None,
           kernel_cache: bool = False, readahead_kb: int | None = None,
-          direct_io: bool = False, fuse_api: str = "auto", allow_other: bool = False) -> None:
+          direct_io: bool = False, fuse_api: str = "auto", allow_other: bool = False,
+          uid: int | None = None, gid: int | None = None) -> None:
     """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
     SIGTERM/SIGHUP or ``fusermount3 -u``; the low-level driver's own handlers wake its
     loop, see :meth:`.lowlevel.LowLevelSession._stop_on_signals`).
@@ -49,6 +50,10 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     ``readahead_kb``: the kernel readahead window to set after mounting (None: the block
     size, up to 16 MiB; 0: leave the kernel's default). It bounds the size of the read
     requests the kernel sends (see :mod:`.kernel`).
+
+    ``uid``/``gid``: the owner of every file and directory in the mount (default: the
+    mounting user, as Mountpoint's ``--uid``/``--gid``); modes stay 0444/0555, so other
+    users can read only with ``allow_other``.
 
     ``fuse_api``: ``lowlevel`` (:mod:`.lowlevel`: one thread answers local requests
     inline, workers the rest), ``highlevel`` (:mod:`.highlevel`: libfuse's path API and
@@ -82,7 +87,7 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     # the kernel's attribute/entry caches must not outlive the metadata TTL
     kernel_ttl = min(DEFAULT_TIMEOUT_S, p.metadata_ttl_s)
     ops = CacheFuse(factory, root, on_init=on_init, mountpoint=os.path.realpath(mountpoint),
-                    readahead_kb=readahead_kb, splice_bytes=splice_bytes)
+                    readahead_kb=readahead_kb, splice_bytes=splice_bytes, uid=uid, gid=gid)
     if ops.splice_bytes:
         log.info("replies spliced from block files; read requests up to %d KiB",
                  ops.splice_bytes // 1024)

@@ -53,8 +53,11 @@ class CacheFuse(Operations):  # type: ignore[misc]
     def __init__(self, engine_factory: Callable[[], CacheEngine], root: str, *,
                  on_init: Callable[[CacheEngine], None] | None = None,
                  mountpoint: str | None = None, readahead_kb: int = 0,
-                 splice_bytes: int = 0) -> None:
+                 splice_bytes: int = 0, uid: int | None = None, gid: int | None = None) -> None:
         self._factory = engine_factory
+        #: the owner of every file and directory in the mount (default: the mounting user)
+        self.uid = os.getuid() if uid is None else uid
+        self.gid = os.getgid() if gid is None else gid
         #: the read request cap when replies are spliced (``read_buf``); 0: no splicing
         self.splice_bytes = splice_bytes if splice_supported() else 0
         self._fds = FdLedger()
@@ -169,7 +172,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
         ns = int(mtime * 1e9)  # use_ns: times in nanoseconds
         return {"st_mode": (stat.S_IFDIR | 0o555) if is_dir else (stat.S_IFREG | 0o444),
                 "st_nlink": 2 if is_dir else 1, "st_size": size, "st_mtime": ns,
-                "st_ctime": ns, "st_atime": ns, "st_uid": os.getuid(), "st_gid": os.getgid(),
+                "st_ctime": ns, "st_atime": ns, "st_uid": self.uid, "st_gid": self.gid,
                 "st_blocks": (size + 511) // 512}
 
     # -- operations -------------------------------------------------------------------
