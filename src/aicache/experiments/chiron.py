@@ -79,8 +79,11 @@ class PromptCountingAdvisor(Advisor):
 
 @lru_cache(maxsize=4)
 def _workload(name: str, scale: float, seed: int, variant: str | None = None) -> Any:
-    from aicache.sim.datacache import load_workload
+    from aicache.sim.datacache import load_workload, workload_from_workflow
+    from aicache.traces.heldout import SPECS as HELDOUT, generate_heldout
 
+    if name in HELDOUT:
+        return workload_from_workflow(generate_heldout(name, scale, seed))
     return load_workload(name, scale=scale, seed=seed, variant=variant)
 
 

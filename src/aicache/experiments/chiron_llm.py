@@ -1,0 +1,209 @@
+"""Real-LLM scenarios of Chiron's experiments: recorded once against the local model,
+replayed offline, deterministically, in every later run (and in CI).
+
+A *scenario* fixes everything that decides which prompts the advisor is sent — workload,
+scale, generator seed, controller parameters, whether statistics are in the prompt, and how
+late answers arrive — so a transcript recorded for it (``record:``) answers every diagnosis
+of a replay of the same scenario (``replay:``): same prompts, same keys, same answers.
+Changing any of those knobs changes the windows the controller snapshots, hence the prompts;
+such a run needs its own recording, which is why every knob lives in :data:`SCENARIOS`.
+
+Recording (minutes per scenario on 2 cores; the model's prefill dominates)::
+
+    python -m aicache.experiments.chiron_llm record W3-s0.05 [more names] [--threads 2]
+
+starts Gemma 3 270M behind llama-cpp-python's server on loopback
+(:mod:`aicache.adaptive.advisor.local_llm`) and writes ``transcripts/gemma3-270m-NAME.jsonl``
+next to this module. ``python -m aicache.experiments.chiron_llm list`` shows them.
+
+Latency: the simulator runs on virtual time. Most scenarios release an answer a fixed
+virtual delay after the snapshot (the advisor's expected latency, 1 s for ``openai``),
+so the measured wall-clock latency of the real model is recorded but does not shape the
+run. ``delay="measured"`` scenarios release each answer after the latency the model really
+took for it (:class:`MeasuredDelayRunner`): the asynchrony the seed argues about, with the
+real model's own timing, reproduced exactly on replay from the recorded latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
+from aicache.adaptive.controller import AdvisorRunner
+from aicache.errors import BadInput
+
+TRANSCRIPT_DIR = Path(__file__).parent / "transcripts"
+MODEL_TAG = "gemma3-270m"
+
+
+class MeasuredDelayRunner(AdvisorRunner):
+    """Simulation runner whose delay is each call's own measured latency.
+
+    The advisor answers at submission (as :class:`VirtualDelayRunner`); the answer becomes
+    visible ``latency`` virtual seconds later, where ``latency`` is what the call added to
+    ``advisor.counters.latency_s_total`` — the wall-clock time of a live call, the recorded
+    time on replay (so a replay releases every answer exactly when the recording did).
+    Answers are released in order of release time (a heap), ties in submission order.
+    """
+
+    def __init__(self, advisor: Advisor, floor_s: float = 0.001) -> None:
+        self.advisor = advisor
+        self.floor_s = floor_s
+        self._pending: list[tuple[float, int, DiagnosisRequest, Advice | None]] = []
+        self._seq = 0
+        self.delays: list[float] = []
+
+    def submit(self, request: DiagnosisRequest, now: float) -> None:
+        before = self.advisor.counters.latency_s_total
+        try:
+            advice = self.advisor.advise(request)
+        except Exception:  # noqa: BLE001 - an advisor must never break the read path
+            advice = None
+        delay = max(self.floor_s, self.advisor.counters.latency_s_total - before)
+        self.delays.append(delay)
+        heapq.heappush(self._pending, (now + delay, self._seq, request, advice))
+        self._seq += 1
+
+    def poll(self, now: float) -> list[tuple[DiagnosisRequest, Advice | None]]:
+        out = []
+        p = self._pending
+        while p and p[0][0] <= now:
+            _, _, req, adv = heapq.heappop(p)
+            out.append((req, adv))
+        return out
+
+    def next_ready(self) -> float:
+        return self._pending[0][0] if self._pending else float("inf")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything that decides the prompts of one recorded run (see module docstring)."""
+
+    name: str
+    workload: str
+    scale: float
+    seed: int = 0
+    chiron: Mapping[str, Any] = field(default_factory=dict)
+    statistics: bool = True
+    delay: str = "fixed"  # "fixed" (the advisor's expected latency) | "measured"
+    note: str = ""
+
+    @property
+    def transcript(self) -> Path:
+        return TRANSCRIPT_DIR / f"{MODEL_TAG}-{self.name}.jsonl"
+
+    def params(self) -> dict[str, Any]:
+        p = dict(self.chiron)
+        if not self.statistics:
+            p["statistics"] = False
+        return p
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("W1-s0.05", "W1", 0.05, note="W1 default controller (1,000-ID windows)"),
+    Scenario("W2-s0.1", "W2", 0.1, note="W2 default controller"),
+    Scenario("W3-s0.05", "W3", 0.05, note="W3 default controller"),
+    Scenario("W3-s0.05-nostats", "W3", 0.05, statistics=False,
+             note="W3, structured statistics left out of the prompt (Fig. 14a)"),
+    Scenario("W1-s0.25-measured", "W1", 0.25, delay="measured",
+             note="W1, each answer released after the model's own measured latency"),
+    Scenario("W1-s0.05-nogate", "W1", 0.05, chiron={"gate": False},
+             note="W1 with the confidence gate off (Fig. 9)"),
+)}
+
+
+def scenario(name: str) -> Scenario:
+    sc = SCENARIOS.get(name)
+    if sc is None:
+        raise BadInput(f"unknown LLM scenario {name!r}; valid: {', '.join(SCENARIOS)}")
+    return sc
+
+
+def run_scenario(sc: Scenario, advisor: Advisor | str) -> dict[str, Any]:
+    """Simulate ``sc`` with ``advisor`` (an instance or a spec); the result's dict plus the
+    controller's decision log (``log``) and, for measured delay, the delays used."""
+    from aicache.adaptive.advisor.registry import make_advisor
+    from aicache.adaptive.systems import make_system
+    from aicache.sim.datacache import load_workload, simulate_datacache
+
+    adv = make_advisor(advisor, seed=sc.seed) if isinstance(advisor, str) else advisor
+    wl = load_workload(sc.workload, scale=sc.scale, seed=sc.seed)
+    runner: AdvisorRunner | None = MeasuredDelayRunner(adv) if sc.delay == "measured" else None
+    capacity = wl.default_cache_bytes
+    assert capacity is not None
+    # the same construction as ``simulate_datacache(wl, "chiron", ...)``, kept in hand for its log
+    system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
+    res = simulate_datacache(wl, system, capacity, seed=sc.seed)
+    d = res.to_dict()
+    d["log"] = list(system.log)
+    if isinstance(runner, MeasuredDelayRunner):
+        d["delays_s"] = [round(x, 3) for x in runner.delays]
+    return d
+
+
+def replay_spec(sc: Scenario) -> str:
+    return f"replay:{sc.transcript}"
+
+
+def record(names: list[str], threads: int = 2, timeout_s: float = 900.0) -> list[dict[str, Any]]:
+    """Record each scenario against the local model (one server for all)."""
+    from aicache.adaptive.advisor.local_llm import LocalLLMServer
+    from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor
+    from aicache.adaptive.advisor.replay import RecordingAdvisor
+
+    scs = [scenario(n) for n in names]
+    TRANSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
+    out = []
+    scratch = Path(tempfile.mkdtemp(prefix="aicache-record-"))
+    with LocalLLMServer(threads=threads, log=scratch / "server.log") as server:
+        env = server.env()
+        for sc in scs:
+            inner = OpenAIAdvisor(model=env["AICACHE_OPENAI_MODEL"], base_url=env["AICACHE_OPENAI_BASE_URL"],
+                                  api_key="local", timeout=timeout_s, max_tokens=24, structured="grammar",
+                                  system_role=False, include_stats=sc.statistics)
+            tmp = scratch / sc.transcript.name  # moved into place only once complete
+            rec = RecordingAdvisor(inner, tmp)
+            d = run_scenario(sc, rec)
+            rec.close()
+            shutil.move(str(tmp), sc.transcript)
+            summary = {"scenario": sc.name, "jct_seconds": d["jct_seconds"], "chr": d["chr"],
+                       "advisor_calls": d["advisor_calls"], "rejected_advice": d["rejected_advice"],
+                       "no_advice": d["no_advice"]}
+            print(json.dumps(summary), flush=True)
+            out.append(summary)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m aicache.experiments.chiron_llm",
+                                 description="Record / list the real-LLM transcripts of Chiron's experiments.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="record scenarios against the local Gemma 3 270M server")
+    r.add_argument("names", nargs="+", choices=list(SCENARIOS))
+    r.add_argument("--threads", type=int, default=2)
+    sub.add_parser("list", help="the scenarios and whether a transcript is committed")
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        for sc in SCENARIOS.values():
+            print(f"{sc.name:20s} {'recorded' if sc.transcript.exists() else 'missing ':8s} {sc.note}")
+        return 0
+    try:
+        record(args.names, args.threads)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
