@@ -105,13 +105,13 @@ def _fmt(x: float | None, pct: bool = True) -> str:
 def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each label's CHAR relative to full duplicate (FD) and SSD writes relative to FD and
     to the offline oracle (OR) — issue 18's frontier: CHAR ≥ 0.95 FD with writes ≤ 0.5 FD."""
-    by = _by(rows, "label")
-    fd, orc = by.get("FD"), by.get("OR")
     out = []
     for r in rows:
+        by = _by([q for q in rows if q.get("model") == r.get("model")], "label")
+        fd, orc = by.get("FD"), by.get("OR")
         if "ssd_write_bytes" not in r or not fd or not orc:
             continue
-        out.append({"label": r.get("label"),
+        out.append({"model": r.get("model"), "label": r.get("label"),
                     "char_vs_fd": r["char"] / fd["char"] if fd["char"] else None,
                     "writes_vs_fd": (r["ssd_write_bytes"] / fd["ssd_write_bytes"]
                                      if fd["ssd_write_bytes"] else None),
@@ -122,6 +122,22 @@ def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _by(rows: Sequence[Mapping[str, Any]], key: str) -> dict[Any, Mapping[str, Any]]:
     return {r.get(key): r for r in rows if "ttft_mean_s" in r or "completion_s" in r}
+
+
+def _models(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The models of ``rows`` in first-seen order."""
+    return list(dict.fromkeys(str(r.get("model")) for r in rows if r.get("model")))
+
+
+#: the seed's evaluation pairs: its primary testbed runs Qwen3.5-9B (hybrid) and Qwen3-8B;
+#: its A30 testbed (admission and metadata studies) runs the scaled Qwen3.5-5.6B / Qwen3-1.7B
+SEED_MODELS = ("qwen3.5-9b", "qwen3-8b")
+SEED_A30_MODELS = ("qwen3.5-5.6b-seed", "qwen3-1.7b-seed")
+
+
+def _pick(models: Sequence[str], quick: bool) -> Sequence[str]:
+    """Quick grids run the first (hybrid) model only, to keep CI short."""
+    return models[:1] if quick else models
 
 
 class _KVExperiment(Experiment):
@@ -136,6 +152,17 @@ class _KVExperiment(Experiment):
 class Fig10(_KVExperiment):
     workload: ClassVar[str] = "agent"
     quick_sessions: ClassVar[int] = 30
+    models: ClassVar[tuple[str, ...]] = SEED_MODELS
+    #: (model, claim, the seed's number), same workload, model and threshold
+    seed_claims: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("qwen3.5-9b", "E3 SSD writes vs FD", "−78.7%"),
+        ("qwen3.5-9b", "E3 mean / P90 TTFT vs DO", "−73.7% / −72.2%"),
+        ("qwen3.5-9b", "E5 mean / P90 TTFT vs DO", "−66.5% / −63.7%"),
+        ("qwen3-8b", "E3 SSD writes vs FD", "−80.3%"),
+        ("qwen3-8b", "E3 mean / P90 TTFT vs DO", "−27.8% / −45.3%"),
+        ("qwen3.5-9b", "FD SSD reads vs LMC+", "−27.2%"),
+        ("qwen3-8b", "FD SSD reads vs LMC+", "−27.2%"),
+    )
     name = "saria-agent"
     title = "SARIA vs baselines on TraceLab-like agent sessions"
     reproduces = "SARIA Fig. 10 (TraceLab)"
@@ -144,11 +171,12 @@ class Fig10(_KVExperiment):
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         base = _scaled(self.workload, quick, self.quick_sessions)
         out = []
-        for label, system, te in FIG10:
-            c = {**base, "label": label, "system": system, "seed": 0}
-            if te is not None:
-                c["theta_e"] = te
-            out.append(c)
+        for model in _pick(self.models, quick):
+            for label, system, te in FIG10:
+                c = {**base, "model": model, "label": label, "system": system, "seed": 0}
+                if te is not None:
+                    c["theta_e"] = te
+                out.append(c)
         return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
@@ -158,45 +186,66 @@ class Fig10(_KVExperiment):
         for y, t in (("ttft_mean_s", "mean TTFT (s)"), ("ttft_p90_s", "P90 TTFT (s)"),
                      ("char_p25bad", "CHAR P25-bad"), ("ssd_writes_norm", "SSD writes / capacity"),
                      ("ssd_reads_norm", "SSD reads / capacity")):
-            p = bar_chart(rows, "label", y, None, outdir / f"{self.name}-{y}.png",
+            p = bar_chart(rows, "label", y, "model", outdir / f"{self.name}-{y}.png",
                           title=f"{self.workload}: {t}", ylabel=t,
                           ours_x=[lab for lab, system, _ in FIG10 if system == "saria"])
             figs.append(Figure(p, f"{t}. {FIG10_LEGEND}"))
-        keys = ("label", "ttft_mean_s", "ttft_p90_s", "char", "char_p25bad", "ssd_writes_norm",
-                "ssd_reads_norm", "ssd_writes_per_day_norm", "ssd_lifetime_days",
-                "dram_evictions", "transfer_mean_s", "transfer_p25bad_s")
-        by = _by(rows, "label")
+        keys = ("model", "label", "ttft_mean_s", "ttft_p90_s", "char", "char_p25bad",
+                "ssd_writes_norm", "ssd_reads_norm", "ssd_writes_per_day_norm",
+                "ssd_lifetime_days", "dram_evictions", "transfer_mean_s", "transfer_p25bad_s")
         goals = []
-        fd, do = by.get("FD"), by.get("DO")
-        for lab in ("E3", "E2"):
-            e = by.get(lab)
-            if e and fd and fd["ssd_write_bytes"]:
-                cut = 1 - e["ssd_write_bytes"] / fd["ssd_write_bytes"]
-                goals.append({"goal": f"{lab} cuts SSD writes ≥55% vs full-duplicate",
-                              "met": cut >= 0.55, "value": _fmt(cut)})
-            if e and do and do["ttft_mean_s"]:
-                cut = 1 - e["ttft_mean_s"] / do["ttft_mean_s"]
-                goals.append({"goal": f"{lab} cuts mean TTFT ≥40% vs dram-only",
-                              "met": cut >= 0.40, "value": _fmt(cut)})
+        ours = []
+        for model in _models(rows):
+            by = _by([r for r in rows if r.get("model") == model], "label")
+            fd, do, lmc = by.get("FD"), by.get("DO"), by.get("LMC+")
+            for lab in ("E5", "E3", "E2"):
+                e = by.get(lab)
+                if e and fd and fd["ssd_write_bytes"]:
+                    cut = 1 - e["ssd_write_bytes"] / fd["ssd_write_bytes"]
+                    ours.append({"model": model, "claim": f"{lab} SSD writes vs FD",
+                                 "ours": _fmt(-cut)})
+                    if lab != "E5":
+                        goals.append({"goal": f"{model}: {lab} cuts SSD writes ≥55% vs FD",
+                                      "met": cut >= 0.55, "value": _fmt(cut)})
+                if e and do and do["ttft_mean_s"]:
+                    cut = 1 - e["ttft_mean_s"] / do["ttft_mean_s"]
+                    cut90 = 1 - e["ttft_p90_s"] / do["ttft_p90_s"]
+                    ours.append({"model": model, "claim": f"{lab} mean / P90 TTFT vs DO",
+                                 "ours": f"{_fmt(-cut)} / {_fmt(-cut90)}"})
+                    if lab != "E5":
+                        goals.append({"goal": f"{model}: {lab} cuts mean TTFT ≥40% vs DO",
+                                      "met": cut >= 0.40, "value": _fmt(cut)})
+            if fd and lmc and lmc["ssd_read_bytes"]:
+                ours.append({"model": model, "claim": "FD SSD reads vs LMC+",
+                             "ours": _fmt(fd["ssd_read_bytes"] / lmc["ssd_read_bytes"] - 1)})
+        seed = {(m, c): v for m, c, v in self.seed_claims}
+        side = [{**o, "seed": seed.get((o["model"], o["claim"]), "—")} for o in ours]
         return ReportSection(
             title=self.title,
-            description=("Default budgets (DRAM 1M, SSD 10M tokens), Qwen3-8B KV, 12 h session "
-                         "window, 4 in flight. Writes/reads are normalised by SSD capacity; "
-                         "writes per day below 1 meet a 1-DWPD budget."),
+            description=("Default budgets (DRAM 1M, SSD 10M tokens; hybrid budgets in "
+                         "full-attention tokens, checkpoints take capacity too), the seed's "
+                         "models (Qwen3.5-9B hybrid, Qwen3-8B), 12 h session window, 4 in "
+                         "flight, SSD model of docs/results/ssd-model.md. Writes/reads are "
+                         "normalised by SSD capacity; writes per day below 1 meet 1 DWPD."),
             figures=figs, tables=[Table("Fig. 10", _rows(rows, keys)),
+                                  Table("beside the seed (same workload, model, threshold)",
+                                        side),
                                   Table("against the oracle frontier", _frontier(rows))],
             goals=goals,
             published=[
-                {"claim": "SSD writes vs full duplicate", "seed": "−57.1% to −58.9% (E2–E3)"},
-                {"claim": "mean TTFT vs DRAM-only", "seed": "−42.3% to −79.7%"},
-                {"claim": "E3 on WEKA (Qwen3.5-9B)", "seed": "writes −78.2% vs FD; TTFT −94.9% vs DO"},
-                {"claim": "FD SSD reads vs LMCache+", "seed": "−27.2% (TraceLab), −18.1% (WEKA)"},
+                {"claim": "SSD writes vs full duplicate", "seed": "−57.1% to −58.9% (headline)"},
+                {"claim": "mean TTFT vs DRAM-only", "seed": "−42.3% to −79.7% (headline)"},
             ])
 
 
 class Fig10Weka(Fig10):
     workload = "weka"
     quick_sessions = 12
+    seed_claims = (
+        ("qwen3.5-9b", "E3 SSD writes vs FD", "−78.2%"),
+        ("qwen3.5-9b", "FD SSD reads vs LMC+", "−18.1%"),
+        ("qwen3.5-9b", "E3 mean / P90 TTFT vs DO", "−94.9% / —"),
+    )
     name = "saria-weka"
     title = "SARIA vs baselines on WEKA-like streams"
     reproduces = "SARIA Fig. 10 (WEKA)"
@@ -263,35 +312,43 @@ class Pressure(_KVExperiment):
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         n = 30 if quick else 100
         out = []
-        for minutes in (10, 20, 30, 40):
-            w = minutes * 60.0 * n / 100
-            for label, kw in (("E2", {"system": "saria", "theta_e": 2}),
-                              ("R4", {"system": "saria", "theta_e": None, "theta_r": 4}),
-                              ("FD", {"system": "full-duplicate"})):
-                out.append({"workload": "agent", "sessions": n, "session_window": w,
-                            "window_min": minutes, "label": label, "dram_tokens": 500_000,
-                            "ssd_tokens": 5_000_000, "seed": 0, **kw})
+        for model in _pick(SEED_MODELS, quick):
+            for minutes in (10, 20, 30, 40):
+                w = minutes * 60.0 * n / 100
+                for label, kw in (("E2", {"system": "saria", "theta_e": 2}),
+                                  ("R4", {"system": "saria", "theta_e": None, "theta_r": 4}),
+                                  ("FD", {"system": "full-duplicate"})):
+                    out.append({"workload": "agent", "sessions": n, "session_window": w,
+                                "model": model, "window_min": minutes, "label": label,
+                                "dram_tokens": 500_000, "ssd_tokens": 5_000_000, "seed": 0,
+                                **kw})
         return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        figs = [Figure(line_chart(rows, "window_min", y, "label", outdir / f"saria-fig11-{y}.png",
-                                  title=y), y)
-                for y in ("ttft_mean_s", "char_p25bad", "ssd_writes_norm", "ssd_reads_norm")]
-        e2 = {r["window_min"]: r for r in rows if r.get("label") == "E2" and "ssd_write_bytes" in r}
+        figs = []
         goals = []
-        if 10 in e2 and 40 in e2 and e2[10]["ssd_write_bytes"]:
-            cut = 1 - e2[40]["ssd_write_bytes"] / e2[10]["ssd_write_bytes"]
-            goals.append({"goal": "E2 writes fall as pressure falls (10 → 40 min)",
-                          "met": cut > 0, "value": _fmt(cut)})
+        for model in _models(rows):
+            mr = [r for r in rows if r.get("model") == model]
+            figs += [Figure(line_chart(mr, "window_min", y, "label",
+                                       outdir / f"saria-fig11-{model}-{y}.png",
+                                       title=f"{model}: {y}"), f"{model}: {y}")
+                     for y in ("ttft_mean_s", "char_p25bad", "ssd_writes_norm", "ssd_reads_norm")]
+            e2 = {r["window_min"]: r for r in mr
+                  if r.get("label") == "E2" and "ssd_write_bytes" in r}
+            if 10 in e2 and 40 in e2 and e2[10]["ssd_write_bytes"]:
+                cut = 1 - e2[40]["ssd_write_bytes"] / e2[10]["ssd_write_bytes"]
+                goals.append({"goal": f"{model}: E2 writes fall as pressure falls (10 → 40 min)",
+                              "met": cut > 0, "value": _fmt(cut)})
         return ReportSection(
             title=self.title, figures=figs,
-            tables=[Table("Fig. 11", _rows(rows, ("window_min", "label", "ttft_mean_s",
-                                                  "char_p25bad", "ssd_writes_norm",
-                                                  "ssd_reads_norm")))],
+            tables=[Table("Fig. 11", _rows(rows, ("model", "window_min", "label",
+                                                  "ttft_mean_s", "char_p25bad",
+                                                  "ssd_writes_norm", "ssd_reads_norm")))],
             goals=goals,
-            published=[{"claim": "E2 SSD writes 10 → 40 min", "seed": "−23.5% to −28.3%"},
+            published=[{"claim": "E2 SSD writes 10 → 40 min",
+                        "seed": "−28.3% (Qwen3.5-9B), −23.5% (Qwen3-8B)"},
                        {"claim": "R4 writes for similar coverage", "seed": "≈1.9× E2's"}])
 
 
@@ -313,42 +370,52 @@ class Ablation(_KVExperiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         base = _scaled("agent", quick, 30)
-        return [{**base, "label": lab, "system": "full-duplicate", "in_flight": 1, "seed": 0, **kw}
-                for lab, kw in ABLATION]
+        return [{**base, "model": model, "label": lab, "system": "full-duplicate",
+                 "in_flight": 1, "seed": 0, **kw}
+                for model in _pick(SEED_MODELS, quick) for lab, kw in ABLATION]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        by = _by(rows, "label")
         table = []
-        b, m = by.get("base"), by.get("+meta")
-        for lab, _ in ABLATION:
-            r = by.get(lab)
-            if not r:
-                continue
-            table.append({"step": lab, "ttft_mean_s": r["ttft_mean_s"],
-                          "ttft_vs_base": r["ttft_mean_s"] / b["ttft_mean_s"] if b else None,
-                          "transfer_p25bad_s": r["transfer_p25bad_s"],
-                          "transfer_p25bad_vs_meta": (r["transfer_p25bad_s"] / m["transfer_p25bad_s"]
-                                                      if m and m["transfer_p25bad_s"] else None)})
-        figs = [Figure(bar_chart(rows, "label", y, None, outdir / f"saria-fig12-{y}.png", title=y), y)
-                for y in ("ttft_mean_s", "transfer_p25bad_s")]
         goals = []
-        c = by.get("+coordinator")
-        if b and c:
-            goals.append({"goal": "full reload stack lowers mean TTFT vs base",
-                          "met": c["ttft_mean_s"] < b["ttft_mean_s"],
-                          "value": _fmt(1 - c["ttft_mean_s"] / b["ttft_mean_s"])})
-        if m and c and m["transfer_p25bad_s"]:
-            goals.append({"goal": "full reload stack lowers transfer P25-bad vs +meta",
-                          "met": c["transfer_p25bad_s"] < m["transfer_p25bad_s"],
-                          "value": _fmt(1 - c["transfer_p25bad_s"] / m["transfer_p25bad_s"])})
+        for model in _models(rows):
+            by = _by([r for r in rows if r.get("model") == model], "label")
+            b, m = by.get("base"), by.get("+meta")
+            for lab, _ in ABLATION:
+                r = by.get(lab)
+                if not r:
+                    continue
+                table.append({"model": model, "step": lab, "ttft_mean_s": r["ttft_mean_s"],
+                              "ttft_vs_base": r["ttft_mean_s"] / b["ttft_mean_s"] if b else None,
+                              "transfer_p25bad_s": r["transfer_p25bad_s"],
+                              "transfer_p25bad_vs_meta": (
+                                  r["transfer_p25bad_s"] / m["transfer_p25bad_s"]
+                                  if m and m["transfer_p25bad_s"] else None)})
+            c, o = by.get("+coordinator"), by.get("+overlap")
+            if b and c:
+                goals.append({"goal": f"{model}: full reload stack lowers mean TTFT vs base",
+                              "met": c["ttft_mean_s"] < b["ttft_mean_s"],
+                              "value": _fmt(1 - c["ttft_mean_s"] / b["ttft_mean_s"])})
+            if m and c and m["transfer_p25bad_s"]:
+                goals.append({"goal": f"{model}: full stack lowers transfer P25-bad vs +meta",
+                              "met": c["transfer_p25bad_s"] < m["transfer_p25bad_s"],
+                              "value": _fmt(1 - c["transfer_p25bad_s"] / m["transfer_p25bad_s"])})
+            if o and c and o["transfer_p25bad_s"]:
+                goals.append({"goal": f"{model}: coordinator lowers transfer P25-bad vs +overlap",
+                              "met": c["transfer_p25bad_s"] < o["transfer_p25bad_s"],
+                              "value": _fmt(1 - c["transfer_p25bad_s"] / o["transfer_p25bad_s"])})
+        figs = [Figure(bar_chart(rows, "label", y, "model", outdir / f"saria-fig12-{y}.png",
+                                 title=y), y)
+                for y in ("ttft_mean_s", "transfer_p25bad_s")]
         return ReportSection(title=self.title, figures=figs, tables=[Table("Fig. 12", table)],
                              goals=goals, published=[
-                                 {"claim": "mean TTFT, full stack vs base", "seed": "−5.8% / −6.4%"},
-                                 {"claim": "transfer P25-bad vs +meta", "seed": "−26.7% / −31.9%"},
+                                 {"claim": "mean TTFT, full stack vs base",
+                                  "seed": "−6.4% (Qwen3.5-9B), −5.8% (Qwen3-8B)"},
+                                 {"claim": "transfer P25-bad vs +meta",
+                                  "seed": "−31.9% (Qwen3.5-9B), −26.7% (Qwen3-8B)"},
                                  {"claim": "coordinator on top of overlap (P25-bad)",
-                                  "seed": "−17.8% / −11.0%"}])
+                                  "seed": "−17.8% (Qwen3.5-9B), −11.0% (Qwen3-8B)"}])
 
 
 # --------------------------------------------------------------------- Fig. 13
@@ -364,21 +431,27 @@ class Admission(_KVExperiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         base = _scaled("agent", quick, 30)
-        return [{**base, "label": a, "family": a[0] if "∨" not in a and a[0] in "ER" else
+        return [{**base, "model": model, "label": a,
+                 "family": a[0] if "∨" not in a and a[0] in "ER" else
                  ("E∨R" if "∨" in a else "oracle" if a == "oracle" else "FD"),
                  "system": "saria", "admission": a, "seed": 0}
-                for a in ADMISSIONS]
+                for model in _pick(SEED_A30_MODELS, quick) for a in ADMISSIONS]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        figs = [Figure(line_chart(rows, "ssd_writes_norm", y, "family",
-                                  outdir / f"saria-fig13-{y}.png", title=y, logx=True), y)
-                for y in ("char_p25bad", "ttft_p25bad_s")]
+        figs = [Figure(line_chart([r for r in rows if r.get("model") == model],
+                                  "ssd_writes_norm", y, "family",
+                                  outdir / f"saria-fig13-{model}-{y}.png",
+                                  title=f"{model}: {y}", logx=True), f"{model}: {y}")
+                for model in _models(rows) for y in ("char_p25bad", "ttft_p25bad_s")]
         return ReportSection(
             title=self.title, figures=figs,
-            tables=[Table("Fig. 13", _rows(rows, ("label", "ssd_writes_norm", "char_p25bad",
-                                                  "ttft_p25bad_s", "ttft_mean_s")))],
+            description=("TraceLab-like `agent` on the seed's A30-testbed models (its scaled "
+                         "Qwen3.5-5.6B hybrid and Qwen3-1.7B), default budgets."),
+            tables=[Table("Fig. 13", _rows(rows, ("model", "label", "ssd_writes_norm", "char",
+                                                  "char_p25bad", "ttft_p25bad_s",
+                                                  "ttft_mean_s")))],
             published=[{"claim": "R4 vs E2 for similar P25-bad CHAR", "seed": "≈1.9× the writes"}])
 
 
@@ -391,24 +464,25 @@ class Promotion(_KVExperiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         base = _scaled("agent", quick, 30)
-        return [{**base, "r": r, "system": "full-duplicate", "promotion": r, "in_flight": 1,
-                 "promotion_mode": "zero" if r == 0 else "partial", "seed": 0}
-                for r in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)]
+        return [{**base, "model": model, "r": r, "system": "full-duplicate", "promotion": r,
+                 "in_flight": 1, "promotion_mode": "zero" if r == 0 else "partial", "seed": 0}
+                for model in _pick(SEED_MODELS, quick) for r in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        zero = next((r for r in rows if r.get("r") == 0.0 and "ttft_mean_s" in r), None)
         norm = []
         for r in rows:
+            zero = next((q for q in rows if q.get("r") == 0.0 and "ttft_mean_s" in q
+                         and q.get("model") == r.get("model")), None)
             if zero and "ttft_mean_s" in r:
-                norm.append({"r": r["r"],
+                norm.append({"model": r.get("model"), "r": r["r"],
                              "ttft": r["ttft_mean_s"] / zero["ttft_mean_s"],
                              "transfer": r["transfer_mean_s"] / zero["transfer_mean_s"]
                              if zero["transfer_mean_s"] else None,
                              "ssd_reads": r["ssd_read_bytes"] / zero["ssd_read_bytes"]
                              if zero["ssd_read_bytes"] else None})
-        figs = [Figure(line_chart(norm, "r", y, None, outdir / f"saria-fig15-{y}.png",
+        figs = [Figure(line_chart(norm, "r", y, "model", outdir / f"saria-fig15-{y}.png",
                                   title=f"{y} / r=0"), y) for y in ("ttft", "transfer", "ssd_reads")]
         return ReportSection(title=self.title, figures=figs,
                              tables=[Table("Fig. 15 (normalised to r = 0)", norm)],
@@ -506,24 +580,25 @@ class Mooncake(_KVExperiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         n = 600 if quick else None
-        return [{"workload": "mooncake-trace", "sessions": n, "label": lab, "system": s,
-                 "dram_tokens": 2_000_000, "ssd_tokens": 20_000_000, "seed": 0,
+        return [{"workload": "mooncake-trace", "sessions": n, "model": model, "label": lab,
+                 "system": s, "dram_tokens": 2_000_000, "ssd_tokens": 20_000_000, "seed": 0,
                  **({"theta_e": te} if te else {})}
-                for lab, s, te in FIG10]
+                for model in _pick(SEED_MODELS, quick) for lab, s, te in FIG10]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        figs = [Figure(bar_chart(rows, "label", y, None, outdir / f"saria-mooncake-{y}.png",
+        figs = [Figure(bar_chart(rows, "label", y, "model", outdir / f"saria-mooncake-{y}.png",
                                  title=y), y) for y in ("ttft_mean_s", "ssd_writes_norm")]
         return ReportSection(
             title=self.title,
             description=("traces/mooncake_fast25_synthetic.jsonl (3,993 requests, no session "
-                         "ids), Qwen3-8B, DRAM 2M / SSD 20M tokens; the trace offers several "
-                         "times one GPU's 6,500 tok/s, so the replay clock stretches it "
+                         "ids), the seed's Qwen3.5-9B and Qwen3-8B, DRAM 2M / SSD 20M "
+                         "tokens; the trace offers several times one GPU's 6,500 tok/s, so the replay clock stretches it "
                          "(replay_stretch) instead of queueing."),
             figures=figs,
-            tables=[Table("mooncake", _rows(rows, ("label", "ttft_mean_s", "ttft_p90_s", "char",
+            tables=[Table("mooncake", _rows(rows, ("model", "label", "ttft_mean_s", "ttft_p90_s",
+                                                   "char",
                                                    "ssd_writes_norm", "ssd_reads_norm",
                                                    "ssd_writes_never_read_frac",
                                                    "replay_stretch", "transfer_mean_s"))),
