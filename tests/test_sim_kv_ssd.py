@@ -175,3 +175,34 @@ def test_replay_write_queue_matches_instant_model_when_writes_finish_in_time() -
     assert q["ssd_write_model"] == "queued" and i["ssd_write_model"] == "instant"
     for k in ("hit_blocks", "ssd_write_bytes", "ssd_read_blocks", "dram_evictions"):
         assert q[k] == i[k]
+
+
+# ------------------------------------------------------------------ the seed's models
+def test_seed_models_geometry_by_hand() -> None:
+    """KV bytes per token = FA layers x KV heads x head dim x 2 (K, V) x dtype bytes; a GDN
+    checkpoint = layers x (v_heads·k_dim·v_dim + (2·k_heads·k_dim + v_heads·v_dim)·(kernel−1))
+    x state bytes (docs/results/kv-models.md)."""
+    from aicache.kv.models import get_model
+
+    q35 = get_model("qwen3.5-9b")
+    assert q35.kv_bytes_per_token == 8 * 4 * 256 * 2 * 2 == 32_768
+    assert q35.checkpoint_bytes == 24 * (32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2
+    assert (q35.block_tokens, q35.checkpoint_tokens) == (1024, 16384)
+    assert get_model("qwen3.5-5.6b-seed").kv_bytes_per_token == 5 * 4 * 256 * 4
+    assert get_model("qwen3-1.7b-seed").kv_bytes_per_token == 20 * 8 * 128 * 4
+    assert get_model("qwen3-8b").kv_bytes_per_token == 36 * 8 * 128 * 4
+    assert get_model("qwen3-235b-a22b-fp8").kv_bytes_per_token == 94 * 4 * 128 * 2
+
+
+def test_hybrid_replay_charges_checkpoints_and_reuses_only_to_one() -> None:
+    # 40 trace blocks of 512 tokens = 20 cache blocks of 1,024; checkpoints after cache
+    # blocks 16 (and none at 20): the second request can reuse 16 blocks, not 20
+    ids = list(range(1, 41))
+    reqs = [KVRequest(0.0, 512 * 40, 1, ids, 512), KVRequest(100.0, 512 * 40, 1, ids, 512)]
+    m = simulate_kv(reqs, KVSimParams(system="full-duplicate", model="qwen3.5-9b",
+                                      dram_tokens=10**6, ssd_tokens=10**7, in_flight=1)).metrics
+    from aicache.kv.models import get_model
+
+    q35 = get_model("qwen3.5-9b")
+    assert m["hit_blocks"] == 16 and m["achievable_blocks"] == 16
+    assert m["ssd_write_bytes"] == 20 * q35.block_bytes + q35.checkpoint_bytes
