@@ -47,6 +47,9 @@ LCS_POLICIES: dict[str, Any] = {
     "belady": lcs.Belady,
     "lecar": lcs.LeCaR,
     "2q": lcs.TwoQ,
+    "lirs": lcs.LIRS,
+    "wtinylfu": lcs.WTinyLFU,
+    "lhd": lcs.LHD,
     "gdsf": lcs.GDSF,
 }
 
@@ -177,6 +180,32 @@ def lcs_miss_ratios_fresh_process(
         )
     result: list[list[float]] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+_FRESH_HITS = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from lcs_oracle import lcs_run
+d = np.load(sys.argv[2])
+np.save(sys.argv[2] + ".hits.npy", lcs_run(sys.argv[3], d["ids"], d["sizes"], int(sys.argv[5]),
+                                          sys.argv[4]).hits)
+"""
+
+
+def lcs_run_fresh_process(name: str, ids: np.ndarray, sizes: np.ndarray, cap: int,
+                          mode: str) -> RunResult:
+    """:func:`lcs_run` as the first run of a new interpreter, whose libCacheSim thread
+    starts its shared random generator (``next_rand``) at 0: the start state our LHD
+    is given, so that sampled policies can be compared request by request."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.npz"
+        np.savez(path, ids=np.asarray(ids), sizes=np.asarray(sizes))
+        subprocess.run([sys.executable, "-c", _FRESH_HITS, str(Path(__file__).parent),
+                        str(path), name, mode, str(int(cap))],
+                       check=True, capture_output=True, text=True)
+        hits = np.load(str(path) + ".hits.npy")
+    return _result(hits, np.asarray(sizes))
 
 
 def run_ours(

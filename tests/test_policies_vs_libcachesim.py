@@ -5,7 +5,12 @@ compared, which implies identical miss and byte miss ratios), in objects and byt
 1%, 5%, 10% and 25% of the working set, on generated traces: Zipf at three skews, a scan, a
 loop larger than most caches, and a scan+Zipf mix; sizes in bytes mode are drawn per object
 (log-uniform, 1 B .. 64 KiB), so some objects are larger than the small caches. Hypothesis
-adds small adversarial traces (few ids, sizes around the capacity). LeCaR draws random
+adds small adversarial traces (few ids, sizes around the capacity). W-TinyLFU is exact too
+(its sketch hashes ids with libCacheSim's XXH64 seeds). LHD samples with libCacheSim's
+per-thread generator, which ours replicates, so it is compared request by request against
+a libCacheSim run as the first in a fresh process (whose generator starts at its known
+state). LIRS is exact until the point where libCacheSim holds more than its capacity (see
+``policies/eviction/lirs.py``), which these tests locate. LeCaR draws random
 numbers from a different generator than libCacheSim, so it is compared on the mean over a
 few seeds, within 0.5 points. 2-random has no libCacheSim twin and is checked against a
 plain reference implementation and a property.
@@ -47,6 +52,7 @@ from lcs_oracle import (
     lcs_miss_ratios_fresh_process,
     lcs_process_trace,
     lcs_run,
+    lcs_run_fresh_process,
     next_access,
     run_ours,
     working_set,
@@ -56,7 +62,9 @@ from aicache.policies import make_eviction
 from aicache.policies.eviction.random2 import TwoRandom
 from aicache.sim.cache import Cache
 
-EXACT = ["lru", "fifo", "clock", "sieve", "s3fifo", "arc", "belady", "lfu"]
+EXACT = ["lru", "fifo", "clock", "sieve", "s3fifo", "arc", "belady", "lfu", "wtinylfu"]
+#: the exact policies that always insert a missed object that fits (Belady bounds them)
+ALWAYS_INSERT = [p for p in EXACT if p != "wtinylfu"]
 FRACTIONS = [0.01, 0.05, 0.10, 0.25]
 MODES = ["objects", "bytes"]
 N_REQ = 5_000
@@ -114,13 +122,19 @@ def _s3fifo_refuses(policy: str, cap: int) -> bool:
     return policy == "s3fifo" and int(cap * 0.1) == 0
 
 
+def _fractions(policy: str, mode: str) -> list[float]:
+    # W-TinyLFU's sketch has 14.4 32-bit counters per unit of its main cache (libCacheSim's
+    # sizing), so in bytes mode a 25% cache here would need ~400 MB for the sketch alone.
+    return FRACTIONS[:2] if policy == "wtinylfu" and mode == "bytes" else FRACTIONS
+
+
 # -- exact agreement ------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", list(TRACES))
 @pytest.mark.parametrize("policy", EXACT)
 def test_identical_to_libcachesim(policy: str, kind: str, mode: str) -> None:
     ids, sizes = make_trace(kind)
-    for frac in FRACTIONS:
+    for frac in _fractions(policy, mode):
         cap = capacity(ids, sizes, mode, frac)
         if _s3fifo_refuses(policy, cap):
             continue
@@ -139,7 +153,7 @@ def test_the_traces_separate_the_policies() -> None:
     """Guard against vacuous agreement: on a mixed trace the policies really differ."""
     ids, sizes = make_trace("scan+zipf")
     cap = capacity(ids, sizes, "objects", 0.05)
-    ratios = {p: run_ours(p, ids, sizes, cap, "objects").miss_ratio for p in EXACT}
+    ratios = {p: run_ours(p, ids, sizes, cap, "objects").miss_ratio for p in ALWAYS_INSERT}
     assert len({round(r, 6) for r in ratios.values()}) >= 6, ratios
     assert ratios["belady"] == min(ratios.values())
     assert 0.0 < ratios["belady"] < ratios["lru"] < 1.0
@@ -252,6 +266,108 @@ def test_accounting_matches_libcachesim_on_edge_cases() -> None:
         assert not ours.hits[[0, 1, 3, 5]].any()  # first accesses and the oversized one
     ours = run_ours("lru", ids, sizes, 2, "objects")
     assert ours.hits.tolist() == lcs_run("lru", ids, sizes, 2, "objects").hits.tolist()
+
+
+# -- LIRS: exact until libCacheSim exceeds its capacity --------------------------------------
+def _lirs_until_departure(ids: np.ndarray, sizes: np.ndarray, cap: int, mode: str,
+                          is_removal: list[bool] | None = None) -> tuple[int, int]:
+    """(first request whose hit differs from libCacheSim, or -1; first request at which
+    libCacheSim's LIRS kept a block beyond its capacity, or -1), in lockstep."""
+    ours_pol = make_eviction("lirs", cap)
+    ours = Cache(cap, ours_pol, size_mode=mode)
+    theirs = LCS_POLICIES["lirs"](cache_size=cap, hashpower=HASHPOWER)
+    req = lcs.Request()
+    departed = -1
+    for i, (key, size) in enumerate(zip(ids.tolist(), sizes.tolist(), strict=True)):
+        if is_removal is not None and is_removal[i]:
+            if key in ours:
+                assert ours.remove(key)
+                assert theirs.remove(key), f"request {i}: libCacheSim did not hold {key}"
+            continue
+        req.obj_id, req.obj_size = key, size if mode == "bytes" else 1
+        if ours.request(key, size, float(i)) != theirs.get(req):
+            return i, departed
+        if departed < 0 and ours_pol.departures:
+            departed = i
+    return -1, departed
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", list(TRACES))
+def test_lirs_identical_to_libcachesim_until_it_exceeds_capacity(kind: str, mode: str) -> None:
+    departures = 0
+    for frac in FRACTIONS:
+        ids, sizes = make_trace(kind)
+        cap = capacity(ids, sizes, mode, frac)
+        where, departed = _lirs_until_departure(ids, sizes, cap, mode)
+        assert where == -1 or 0 <= departed < where, (kind, mode, cap, where, departed)
+        departures += departed >= 0
+        if where == -1:  # then the ratios agree too
+            theirs = lcs_run("lirs", ids, sizes, cap, mode)
+            ours = run_ours("lirs", ids, sizes, cap, mode)
+            assert (ours.miss_ratio, ours.byte_miss_ratio) == (theirs.miss_ratio,
+                                                                theirs.byte_miss_ratio)
+    assert departures <= 1  # the departure is rare at these sizes (small HIR queues only)
+
+
+@settings(max_examples=50)
+@given(data=st.data())
+def test_lirs_identical_with_removals_until_it_exceeds_capacity(data: st.DataObject) -> None:
+    ids, sizes, cap, mode = data.draw(small_traces())
+    is_removal = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    where, departed = _lirs_until_departure(ids, sizes, cap, mode, is_removal)
+    assert where == -1 or 0 <= departed < where
+
+
+def test_lirs_hit_on_a_pruned_hir_block_evicts_another() -> None:
+    """At 198 LIR + 2 HIR units: after every LIR block is hit, the two HIR blocks are
+    pruned from S's bottom but stay resident in Q; a hit on one of them demotes S's bottom
+    LIR block into Q, which evicts the other — a hit that evicts, as in libCacheSim."""
+    ids = np.array([*range(198), 1000, 1001, *range(198), 1000, 1001], dtype=np.int64)
+    pol = make_eviction("lirs", 200)
+    cache = Cache(200, pol)
+    for i, k in enumerate(ids.tolist()[:-2]):
+        cache.request(k, 1, float(i))
+    assert 1000 in pol._q and 1000 not in pol._s
+    evictions = cache.stats.evictions
+    assert cache.request(1000, 1, 0.0)  # a hit ...
+    assert cache.stats.evictions == evictions + 1 and 1001 not in cache  # ... that evicts
+    assert not cache.request(1001, 1, 0.0)
+    theirs = lcs_run("lirs", ids, np.ones(len(ids), dtype=np.int64), 200, "objects")
+    assert first_mismatch(theirs, run_ours("lirs", ids, np.ones(len(ids), dtype=np.int64),
+                                           200, "objects")) == -1
+    assert theirs.hits[-2:].tolist() == [True, False]
+
+
+# -- LHD: the same random draws as libCacheSim --------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["zipf0.9", "scan+zipf", "loop"])
+def test_lhd_identical_to_libcachesim_with_its_generator(kind: str, mode: str) -> None:
+    """Request by request, against libCacheSim run first in a fresh interpreter; a seed
+    other than libCacheSim's start state changes the decisions (so the draws matter)."""
+    ids, sizes = make_trace(kind)
+    for frac in (0.05, 0.25):
+        cap = capacity(ids, sizes, mode, frac)
+        theirs = lcs_run_fresh_process("lhd", ids, sizes, cap, mode)
+        ours = run_ours("lhd", ids, sizes, cap, mode)
+        assert first_mismatch(theirs, ours) == -1, (kind, mode, cap)
+    if kind != "loop":  # a loop larger than the cache misses whatever is sampled
+        pol = make_eviction("lhd", cap, rand_seed=1)
+        other = Cache(cap, pol, size_mode=mode)
+        hits = [other.request(k, s, 0.0) for k, s in zip(ids.tolist(), sizes.tolist(),
+                                                          strict=True)]
+        assert hits != ours.hits.tolist()
+
+
+def test_wtinylfu_sketch_hash_is_libcachesims_xxh64() -> None:
+    import xxhash
+
+    from aicache.policies.eviction.tinylfu import SEED0, SEED1, xxh64_u64
+
+    rng = random.Random(3)
+    for v in [0, 1, 2**63, 2**64 - 1] + [rng.getrandbits(64) for _ in range(200)]:
+        for seed in (SEED0, SEED1):
+            assert xxh64_u64(v, seed) == xxhash.xxh64_intdigest(v.to_bytes(8, "little"), seed)
 
 
 # -- LeCaR: statistical agreement -------------------------------------------------------------

@@ -6,7 +6,8 @@ demand requests, prefetch inserts and removals, in objects and bytes mode, and a
 step checks what any policy must guarantee:
 
 * the cache never holds more than its capacity, and its byte count is the sum of its sizes;
-* a hit fetches, inserts and evicts nothing;
+* a hit fetches and inserts nothing, and evicts nothing unless the policy declares
+  ``self_evicting`` (LIRS, W-TinyLFU), whose hits may only drop keys, each counted;
 * the policy's key set equals the cache's (``keys``, ``__len__`` and ``__contains__``);
 * ``victim()`` (tried on a deep copy) names a resident key and forgets it;
 * ``on_remove`` works for any resident key, and the run goes on normally afterwards;
@@ -104,8 +105,12 @@ def _drive(name: str, sc: dict[str, Any]) -> tuple[list[bool], set[int]]:
                 before = (set(cache.keys()), cache.used, cache.stats.evictions)
                 hit = cache.request(x, sizes[x], now)
                 assert hit == resident
-                if hit:
+                if hit and not policy.self_evicting:
                     assert (set(cache.keys()), cache.used, cache.stats.evictions) == before
+                elif hit:
+                    dropped = before[0] - set(cache.keys())
+                    assert set(cache.keys()) <= before[0] and x in cache
+                    assert cache.stats.evictions == before[2] + len(dropped)
                 hits.append(hit)
         _check_consistent(policy, cache, cap)
         if t % 5 == 0 and len(cache):
@@ -154,3 +159,35 @@ def test_s3fifo_refuses_a_capacity_without_a_small_queue() -> None:
     with pytest.raises(BadInput, match="capacity 9 .*at least 10"):
         make_eviction("s3fifo", 9)
     assert make_eviction("s3fifo", 10).capacity == 10
+
+
+@pytest.mark.parametrize("name", EVICTION.names())
+@given(sc=scenarios())
+def test_policy_driven_like_the_data_cache_engine(name: str, sc: dict[str, Any]) -> None:
+    """The data-cache engine's protocol (``adaptive/system.py``): ``on_hit`` on a hit; on a
+    miss ``victim`` until the block fits, then ``on_insert`` — no ``on_miss``, no
+    ``drain_evicted``. Every policy must keep its key set equal to the store's there too
+    (a self-evicting one hands what it dropped to the next ``victim`` calls)."""
+    cap, sizes, ops = sc["cap"], sc["sizes"], sc["ops"]
+    policy = _build(name, cap, sc["seed"])
+    if policy.needs_future or policy.may_reject:
+        return  # Belady needs next-access times and RejectWhenFull an admit call: not this protocol
+    store: dict[int, int] = {}
+    for t, (kind, x) in enumerate(ops):
+        if kind == "remove":
+            if store:
+                key = sorted(store)[x % len(store)]
+                del store[key]
+                policy.on_remove(key)
+            continue
+        size = 1 if sc["mode"] == "objects" else sizes[x]
+        if x in store:
+            policy.on_hit(x, size, float(t))
+        elif size <= cap:
+            while sum(store.values()) + size > cap:
+                victim = policy.victim(float(t))
+                assert victim in store
+                del store[victim]
+            if policy.on_insert(x, size, float(t)) is not False:
+                store[x] = size
+        assert set(policy.keys()) == set(store) and len(policy) == len(store)

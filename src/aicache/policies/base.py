@@ -33,6 +33,13 @@ more than the four events above, and matching libCacheSim exactly needs them:
   made room (libCacheSim's ``insert`` returning NULL; S3-FIFO does this for an object as
   large as its small queue). The cache then does not store it. Policies that can do this
   set ``may_decline = True``; every driver must honour it (``Cache`` does).
+* A policy with ``self_evicting = True`` may drop resident keys on its own inside
+  ``on_hit``, ``on_miss``, ``on_insert`` and ``victim`` (LIRS demotes and prunes on a hit,
+  W-TinyLFU's segmented main cache evicts when a hit overflows a segment, one eviction may
+  drop several keys). It keeps them resident in its own view (``keys``, ``__contains__``)
+  until the driver takes them with :meth:`EvictionPolicy.drain_evicted` and drops them;
+  ``Cache`` drains after every call, which is libCacheSim's behaviour. A driver that never
+  drains stays consistent: ``victim`` hands pending keys out first.
 
 Invariant (tested over the whole registry): the set of keys a policy holds equals the set
 the cache holds, at every step.
@@ -71,6 +78,8 @@ class EvictionPolicy(ABC):
     sees_misses: ClassVar[bool] = False
     #: True when :meth:`on_insert` may return ``False`` (object declined after eviction).
     may_decline: ClassVar[bool] = False
+    #: True when the policy may drop keys on its own (see :meth:`drain_evicted`).
+    self_evicting: ClassVar[bool] = False
 
     def __init__(self, capacity: int, *, rng: random.Random | None = None, **params: Any) -> None:
         if params:
@@ -136,6 +145,11 @@ class EvictionPolicy(ABC):
     def admit(self, key: Key, size: int, used: int, now: float) -> bool:
         """Whether to store ``key`` after a miss; ``used`` is the cache's occupancy."""
         return True
+
+    def drain_evicted(self) -> Sequence[Key]:
+        """The keys the policy dropped on its own since the last call, oldest first, and
+        forgets them (only if :attr:`self_evicting`; the driver drops them from storage)."""
+        return ()
 
     def set_next_access(self, next_vtime: int) -> None:
         """Told before each request when :attr:`needs_future` (virtual time, -1 = never)."""

@@ -19,7 +19,10 @@ before the size check (libCacheSim's ``find`` runs before ``can_insert``; ``on_m
 returning False is the policy's ``can_insert`` saying no), and a policy with
 ``may_decline`` may refuse the object in ``on_insert`` after room was made (libCacheSim's
 ``insert`` returning NULL) — the evictions stand, the object is not stored, and
-``stats.rejected`` counts it. Policies without these flags cost nothing extra.
+``stats.rejected`` counts it. A ``self_evicting`` policy (LIRS, W-TinyLFU) may drop keys
+inside any call, a hit included, and one ``victim`` call may drop several; ``Cache``
+takes them with ``drain_evicted`` right after each call and counts them as evictions, as
+libCacheSim's nested caches do. Policies without these flags cost nothing extra.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class Cache:
 
     __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "_on_miss", "_hit",
                  "n_hits", "n_misses", "n_bytes_hit", "n_bytes_missed", "n_evictions",
-                 "n_rejected", "_sees_misses", "_may_reject")
+                 "n_rejected", "_sees_misses", "_may_reject", "_self_evicting")
 
     def __init__(self, capacity: int, policy: EvictionPolicy, size_mode: str = "objects") -> None:
         if size_mode not in ("objects", "bytes"):
@@ -78,7 +81,8 @@ class Cache:
         # the policy's class flags, read once: an instance slot is a C field when compiled
         self._sees_misses = bool(policy.sees_misses)
         self._may_reject = bool(policy.may_reject)
-        self._hit = policy.fast_hit()
+        self._self_evicting = bool(policy.self_evicting)
+        self._hit = policy.fast_hit() if not self._self_evicting else None
 
     @property
     def stats(self) -> CacheStats:
@@ -98,15 +102,21 @@ class Cache:
                 hit(key)
             else:
                 self.policy.on_hit(key, 1 if self.objects_mode else size, now)
+                if self._self_evicting:
+                    self._drain()
             return True
         self.n_misses += 1
         self.n_bytes_missed += size
         if self.objects_mode:
             size = 1
         policy = self.policy
-        if self._sees_misses and policy.on_miss(key, size, now) is False:
-            self.n_rejected += 1
-            return False
+        if self._sees_misses:
+            refused = policy.on_miss(key, size, now) is False
+            if self._self_evicting:
+                self._drain()
+            if refused:
+                self.n_rejected += 1
+                return False
         if size > self.capacity:
             return False
         if self._may_reject and not policy.admit(key, size, self.used, now):
@@ -119,12 +129,25 @@ class Cache:
             self.used -= sizes[victim]
             del sizes[victim]
             self.n_evictions += 1
-        if policy.on_insert(key, size, now) is False:
+            if self._self_evicting:
+                self._drain()
+        stored = policy.on_insert(key, size, now) is not False
+        if self._self_evicting:
+            self._drain()
+        if not stored:
             self.n_rejected += 1
             return False
         sizes[key] = size
         self.used += size
         return False
+
+    def _drain(self) -> None:
+        """Drop what a ``self_evicting`` policy evicted on its own."""
+        sizes = self.sizes
+        for victim in self.policy.drain_evicted():
+            self.used -= sizes[victim]
+            del sizes[victim]
+            self.n_evictions += 1
 
     def request_batch(self, keys: list[Key], sizes: list[int], times: list[float],
                       next_access: list[int] | None = None) -> None:
@@ -161,10 +184,14 @@ class Cache:
             victim = policy.victim(now)
             self.used -= self.sizes.pop(victim)
             self.n_evictions += 1
+            if self._self_evicting:
+                self._drain()
         if prefetch:
             stored = policy.on_prefetch_insert(key, size, now)
         else:
             stored = policy.on_insert(key, size, now)
+        if self._self_evicting:
+            self._drain()
         if stored is False:
             return False
         self.sizes[key] = size
@@ -178,6 +205,8 @@ class Cache:
             return False
         self.used -= size
         self.policy.on_remove(key)
+        if self._self_evicting:
+            self._drain()
         return True
 
     def __contains__(self, key: object) -> bool:
