@@ -1,6 +1,6 @@
 """``aicache sim cache``: replay a trace through eviction (+ prefetch) policies.
 
-One policy and size: a table by default, CLI.md's JSON keys first (then every other row of
+One policy and size: a table by default, the stable JSON keys first (``JSON_KEYS``; then every other row of
 the table) with ``--json``. Comma lists (``--policy lru,s3fifo --cache-size 1%,5%,10%``)
 run every combination over one parse of the trace (:mod:`aicache.sim.sweep`): a table with
 one row per cell, or ``{"trace", "format", ..., "results": [...]}`` with ``--json``.

@@ -1,7 +1,7 @@
 """``aicache sim datacache``: replay an AI workflow through a data-cache system.
 
 Either a generated workload (``--workload W1..W3|T1..T6 [--scale X]``) or a block trace
-(``--trace PATH``). Prints a table by default and CLI.md's JSON keys with ``--json`` (the
+(``--trace PATH``). Prints a table by default and the stable JSON keys with ``--json`` (the
 JSON holds no wall-clock value, so the same command gives byte-identical output).
 """
 
@@ -20,7 +20,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--workload", metavar="NAME", help="W1..W3 or T1..T6 (seed Table 2)")
     src.add_argument("--trace", metavar="PATH", help="a block trace (block-csv or another block format)")
     p.add_argument("--format", default="auto", metavar="FMT", help="trace format (default: detect)")
-    p.add_argument("--scale", type=float, default=1.0, help="workload size factor (default 1.0 = the seed's)")
+    p.add_argument("--scale", type=float, default=1.0, help="workload size factor (default 1.0 = the published evaluation's sizes)")
     p.add_argument("--system", required=True, metavar="NAME",
                    help="nocache, juicefs, alluxio, juicefs-adaptive, chiron, clairvoyant, or EVICTION+PREFETCH")
     p.add_argument("--cache-size", metavar="SIZE", default=None,
@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--advisor", default="statistical", metavar="SPEC",
                    help="chiron's advisor: statistical (default), openai, oracle, noisy:P, replay:FILE, record:FILE")
     p.add_argument("--prompt", default=None, choices=("aicache", "seed"),
-                   help="system prompt of an LLM advisor: aicache (ours, default) or seed (the seed's verbatim)")
+                   help="system prompt of an LLM advisor: aicache (ours, default) or seed (the published design's, verbatim)")
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,

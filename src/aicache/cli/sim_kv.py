@@ -1,7 +1,7 @@
 """``aicache sim kv``: replay a KV trace or a generated agent workload through SARIA or a
 baseline tiered KV cache (GPU ← DRAM ← SSD).
 
-Prints a table by default and CLI.md's JSON keys (plus extras such as
+Prints a table by default and the stable JSON keys (``aicache.sim.kv.JSON_KEYS``; extras such as
 ``block_events_per_second``, ``ssd_writes_never_read_frac``, ``dram_hit_share``) with
 ``--json``. A trace without session ids replays by its timestamps.
 """

@@ -1,6 +1,6 @@
 """``aicache sim prefix``: replay a KV trace or a generated workload through a prefix cache.
 
-Prints a table by default and CLI.md's JSON keys (plus extra keys: ``labels``,
+Prints a table by default and the stable JSON keys (plus extra keys: ``labels``,
 ``capacity_tokens``, ``working_set_tokens``, ...) with ``--json``. Policy and workload
 names are checked by their registries, so a wrong one is one line listing the valid names.
 """

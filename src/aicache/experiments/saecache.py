@@ -1,5 +1,6 @@
-"""SAECache experiments (seed 004): capacity sweep, mismatch, ablation, overhead, and
-SAECache as SARIA's DRAM order.
+"""SAECache experiments: capacity sweep, mismatch, ablation, overhead, and SAECache as
+SARIA's DRAM order (the design and the published results they compare with:
+``docs/design/saecache.md``).
 
 Evaluation seeds (4, 5, 6; 4, 5 for the smaller grids) differ from the seeds looked at
 while the policy and the generators were developed (0–3); the mismatch experiment fits its
@@ -27,8 +28,8 @@ from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 WORKLOADS = ("chat", "arena", "tool", "mix")
 POLICIES = ("saecache", "saecache-seed", "lru", "lpc", "lfu", "s3fifo", "sieve", "belady")
 OFFERED_LOAD = 1.0
-#: Evaluation seeds. Seeds 0 and 1 were looked at while the generators were calibrated and
-#: the hot path was profiled (this revision), seeds 1–3 by the previous one; 4–6 were not.
+#: Evaluation seeds: held out. Seeds 0–3 were used while calibrating the generators and
+#: tuning the policy; 4–6 never were, so the goals are judged on unseen workloads.
 SEEDS = (4, 5, 6)
 EVAL_SEEDS_2 = (4, 5)
 
@@ -76,8 +77,9 @@ def _by(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...], y: str) -> dic
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
-#: The seed's characterisation (the only published numbers; everything else in the
-#: generators is a stated assumption, see :mod:`aicache.traces.gen_chat`).
+#: The published characterisation (``docs/design/saecache.md``): the only published
+#: numbers; everything else in the generators is a stated assumption, see
+#: :mod:`aicache.traces.gen_chat`.
 SEED_CHARACTERISATION = {"system reuse": 0.923, "reasoning reuse": 0.022}
 
 
@@ -87,7 +89,7 @@ def workload_table(sessions: Mapping[str, int], seed: int) -> Table:
     from aicache.traces.gen_chat import workload_stats
 
     rows: list[dict[str, Any]] = [{
-        "workload": "seed (published)", "source": "seed 004",
+        "workload": "seed (published)", "source": "docs/design/saecache.md",
         "system reuse": SEED_CHARACTERISATION["system reuse"],
         "reasoning reuse": SEED_CHARACTERISATION["reasoning reuse"],
         "gaps": "log-normal, app-specific μ/σ (values not published)"}]

@@ -224,7 +224,7 @@ class RadixTree:
     def set_location(self, node: RadixNode, obj: KVObject, tier: Tier, present: bool) -> None:
         """Add or remove a copy of ``obj`` in ``tier``; keeps the reclaim list current."""
         was = node.kv_loc or node.ck_loc
-        t = int(tier)  # plain ints: IntFlag arithmetic is ~10x slower on the lookup path
+        t = int(tier)  # plain ints: IntFlag arithmetic runs the enum machinery per operation
         if obj is KVObject.KV:
             node.kv_loc = (node.kv_loc | t) if present else (node.kv_loc & ~t)
         else:

@@ -1,4 +1,7 @@
-"""SAECache: semantic-adaptive eviction for prefix caches (seed 004).
+"""SAECache: semantic-adaptive eviction for prefix caches.
+
+The design, its invariants and where ``saecache`` departs from the published design ("the
+seed", which ``saecache-seed`` computes exactly) are in ``docs/design/saecache.md``.
 
 Four queues (evict-first, structural, chat, agentic) with rule-based routing; within and
 across the last three, the block with the lowest

@@ -15,9 +15,9 @@ it sets the routing context per node:
   after an offered candidate is an eviction (ghost list, type-weight feedback);
 * parameters move every ``update_every`` stores, as they do per request in the simulator.
 
-Candidates are SAECache's victim order (:meth:`SAECache.order`), lazily. Offering leaves
-only (SGLang's rule) was tried and dropped: on agent sessions most DRAM nodes are interior,
-so the scan for a leaf made each eviction O(resident) for no CHAR gain.
+Candidates are SAECache's victim order (:meth:`SAECache.order`), lazily. They are not
+restricted to leaves (SGLang's rule): on agent sessions most DRAM nodes are interior, so a
+scan for a leaf would make each eviction O(resident).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ class SAECacheBlocks(BlockEvictionPolicy):
         super().__init__(capacity_blocks)
         # Token-type weights are off unless asked for: the index touches a path root first,
         # so SAECache's prefix inheritance (which needs tail-first touches) is unavailable
-        # and type weights would evict interior blocks before their descendants (measured
-        # on agent sessions: CHAR −0.2 pt vs LRU with them, equal to LRU without).
+        # and type weights would evict interior blocks before their descendants.
         params.setdefault("token_types", False)
         self.sae = SAECache(capacity_blocks, **params)
         v = self.sae.view

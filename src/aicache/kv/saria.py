@@ -1,5 +1,6 @@
 """SARIA's policy core: SSD admission, reload planning, lazy partial promotion, and
-bandwidth-coordinated multi-source reload (seed 002, §4.2–4.5; spec ``SARIA.md``).
+bandwidth-coordinated multi-source reload. The design, its invariants and where we depart
+from the published design ("the seed") are in ``docs/design/saria.md``.
 
 Everything here is pure: told ``now``, no I/O, no clock, no randomness. The simulator
 (``aicache.sim.kv``) and the real tiered store (DRAM slot pool + SSD slab files) drive the
@@ -27,7 +28,7 @@ copy the driver could not keep (returns the :class:`Moves` that free its slot),
 
 Decisions (where the seed is silent):
 * ``R_b`` counts every later request whose prompt contains the block — served from a
-  tier or recomputed after its copies were lost (popularity, as in the seed's Fig. 6).
+  tier or recomputed after its copies were lost (popularity, not luck with residency).
 * ``E_b`` is incremented when a block is chosen at a DRAM eviction boundary *before*
   the admission test, so ``E2`` persists a block at its second eviction (or, with
   prewrite, when it re-enters DRAM with ``E_b + 1 ≥ θ_E``).

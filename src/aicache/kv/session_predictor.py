@@ -1,6 +1,7 @@
 """Online session-continuation predictor and log-normal gap estimator.
 
-The seed's predictor is a 3-layer MLP over the serving model's last hidden states. Where no
+The published design's predictor (``docs/design/saecache.md``) is a 3-layer MLP over the
+serving model's last hidden states. Where no
 model runs we use what any server has at request time: prompt length, request type, how
 much of the prompt matched cached template blocks, the turn number and the arrival gap. The
 classifier is an online logistic regression in numpy (one SGD step per label); a

@@ -402,8 +402,7 @@ class TieredKVStore:
                     if stream is not None:
                         # pace what has *arrived*: an asynchronous copy returns when it is
                         # queued, so without this the pace would count queued bytes and the
-                        # link would still run at full speed (seen on an H200: 116 GB/s of
-                        # "DRAM path" over a 51 GB/s PCIe link)
+                        # link would still run at full speed
                         stream.synchronize()
                     lag = ts + done / rate - time.perf_counter()
                     if lag > 0:

@@ -52,7 +52,7 @@ class PrefixSimParams:
 
 @dataclass
 class PrefixResult:
-    """One replay's metrics (CLI.md keys first).
+    """One replay's metrics (the stable ``--json`` keys first).
 
     ``token_hit_ratio`` = prefix-hit tokens / prompt tokens. ``decisions_per_second`` =
     policy calls (hits, inserts, victims) per second of replay wall time, simulator

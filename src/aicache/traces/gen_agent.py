@@ -1,13 +1,13 @@
 """Coding-agent session generators: ``agent`` (TraceLab-like) and ``weka`` (WEKA-like).
 
-Why synthetic: neither source trace ships prompt contents (the seed reconstructs
-deterministic inputs too). What must be right is the *reuse structure*: each request is
+Why synthetic: neither source trace ships prompt contents (the published evaluation
+reconstructs deterministic inputs too). What must be right is the *reuse structure*: each request is
 the previous prompt plus the model's last answer plus new tool output or user text, so
 consecutive requests of a session share all but a few thousand tokens; a few system-
 prompt variants are shared across sessions; sessions occasionally reset their prefix
 (``/clear``, compaction — forced at the 450K-token context limit).
 
-Calibration (the published workload statistics, seed 002 Table 2 / §5.1):
+Calibration (the published SARIA workload statistics, ``docs/design/saria.md``):
 
 =========  ========  ========  ============  ================  ========  ===========
 kind       sessions  requests  req/session   prompt tok/req    gap (s)   block ids
@@ -20,7 +20,7 @@ Session and request counts are hit exactly (counts are drawn, then nudged to the
 total); the mean prompt length is hit by scaling the tool-output sizes (a bisection on
 the drawn, unit-scale sizes, so the random structure is fixed first); gaps are
 log-normal with the target mean. Unique ("minimum prefill") tokens are reported next to
-the seed's 36.55M / 26.43M but not forced. Block ids are chained by construction: an id
+the published 36.55M / 26.43M but not forced. Block ids are chained by construction: an id
 names its whole prefix, as Mooncake's ``hash_ids`` do. Every block carries its token
 type (``system``, ``user``, ``assistant``, ``tool``) and every request ``session_type``
 ``agentic``. Sessions start within the first 20 h so the 24 h truncation drops nothing.
@@ -241,7 +241,8 @@ TARGETS = {"agent": AGENT, "weka": WEKA}
 
 
 def session_stats(requests: Iterable[KVRequest]) -> dict[str, float]:
-    """Workload statistics in the seed's terms (Table 2 and §5.1)."""
+    """Workload statistics in the terms of the published workload table
+    (``docs/design/saria.md``)."""
     sessions: dict[str, list[KVRequest]] = {}
     n = 0
     prompt = 0

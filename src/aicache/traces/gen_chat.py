@@ -13,13 +13,14 @@ prompt is the old prompt plus the answer (no reasoning to strip), those ids are 
 next prompt's blocks, so a cache that keeps decode KV gets a hit; reasoning is stripped
 from the history (as chat templates of reasoning models do), so its blocks never recur.
 
-Calibration (stated, not fitted to any result of this project). From the seed (004):
+Calibration (stated, not fitted to any result of this project). From the published
+SAECache characterisation (``docs/design/saecache.md``):
 system prompts are reused 92.3% of the time and chain-of-thought 2.2%; inter-turn gaps are
 log-normal with app-specific parameters; single-turn requests reuse shared templates
 (tool-use, coding instructions); agentic sessions carry long tool schemas and system
-prompts shared across sessions. Everything numeric below is an *assumption* (the seed
-publishes no further values); :func:`workload_stats` measures the result and the
-``saecache-capacity`` report prints it next to the seed's two numbers.
+prompts shared across sessions. Everything numeric below is an *assumption* (the published
+design gives no further values); :func:`workload_stats` measures the result and the
+``saecache-capacity`` report prints it next to the two published numbers.
 
 * chat — ShareGPT/LMSys-like: ~2.7 requests per conversation on average (LMSys-Chat-1M ≈ 2,
   ShareGPT ≈ 3.5), user turns median ~60 tokens, answers median ~220 tokens; most
@@ -414,10 +415,11 @@ def _lognormal_fit(xs: list[float]) -> dict[str, float]:
 
 
 def workload_stats(requests: Iterable[KVRequest]) -> dict[str, Any]:
-    """The characterisation the seed reports, measured on a KV stream.
+    """The characterisation the published design reports (``docs/design/saecache.md``),
+    measured on a KV stream.
 
     * ``type_reuse`` — per token type, the fraction of its *distinct* blocks (prompt blocks
-      and decoded blocks) that a later request's prompt names again (the seed's "token
+      and decoded blocks) that a later request's prompt names again (its "token
       reuse rate": system 92.3%, chain-of-thought 2.2%).
     * ``turns`` — requests per session: mean, median, p90, share of single-request sessions.
     * ``gaps`` — per session type, the log-normal fit (median, μ, σ of ln gap) of in-session

@@ -1,4 +1,5 @@
-"""No eviction: once full, refuse new objects (the "no-evict" baseline of the seeds).
+"""No eviction: once full, refuse new objects (the random executor's admission in
+``docs/design/chiron.md``, and a "no-evict" baseline).
 
 ``admit`` answers whether the object fits in the free space; the cache never has to make
 room, so it never calls :meth:`RejectWhenFull.victim`. ``victim`` still names the oldest

@@ -131,7 +131,8 @@ class SFPPrefetcher(PrefetchPolicy):
 
 
 class SFP128Prefetcher(SFPPrefetcher):
-    """SFP with the window capped at 128 blocks (the seed's ``SFP-128`` arm)."""
+    """SFP with the window capped at 128 blocks (the ``SFP-128`` baseline of
+    ``docs/design/chiron.md``)."""
 
     name = "sfp-128"
 

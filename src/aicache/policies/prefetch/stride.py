@@ -147,7 +147,8 @@ class StridePrefetcher(PrefetchPolicy):
 
 
 class FixedStridePrefetcher(StridePrefetcher):
-    """Stride detection with a fixed depth (the seed's "fixed" micro-benchmark arm)."""
+    """Stride detection with a fixed depth (the "fixed-depth sequential" micro-benchmark
+    baseline of ``docs/design/chiron.md``)."""
 
     name = "stride-fixed"
 
