@@ -10,7 +10,7 @@ generated ResNet workflow (W1, ``--scale`` 2 by default: 146 k reads) with the s
 For each it reports reads/s (best of ``--repeat`` runs; CPU time, so other processes on a
 shared machine do not skew it, and wall time), then splits the CPU time into the *policy*
 — every call into the system (``on_access``, ``admit``, ``on_insert``, ``victim``,
-``tick``, ``observe_label``) — and the *simulator's bookkeeping* (the rest: clock, worker
+``tick``) — and the *simulator's bookkeeping* (the rest: clock, worker
 pool, in-flight fetches, byte accounting). The split comes from one more run through a
 transparent proxy that times each call (``perf_counter``, ~0.1 µs a pair): the policy's
 share of that run's wall time, less the proxy's own measured cost, applied to the plain
@@ -35,7 +35,7 @@ from aicache.adaptive.systems import make_system
 from aicache.sim.datacache import BlockWorkload, load_workload, simulate_datacache
 from aicache.units import parse_size
 
-CALLS = ("on_access", "admit", "on_insert", "victim", "on_remove", "tick", "observe_label")
+CALLS = ("on_access", "admit", "on_insert", "victim", "on_remove", "tick")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Row:
 class TimedSystem(DataCacheSystem):
     """Delegates every call to ``inner`` and adds the call's duration to ``spent``.
 
-    ``tick`` / ``observe_label`` are proxied only when ``inner`` has its own, so the
+    ``tick`` is proxied only when ``inner`` has its own, so the
     simulator calls exactly what it would call on ``inner``.
     """
 

@@ -8,6 +8,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -15,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicache.adaptive.advisor import PATTERNS, Advice, DiagnosisRequest, ReviewContext, make_advisor
-from aicache.adaptive.advisor.base import TRIGGER_CHR_ANOMALY, TRIGGER_PERIODIC
-from aicache.adaptive.advisor.oracle import NoisyAdvisor, OracleAdvisor
+from aicache.adaptive.advisor.base import TRIGGER_CHR_ANOMALY, TRIGGER_PERIODIC, Advisor
+from aicache.adaptive.advisor.oracle import NoisyAdvisor, OracleAdvisor, bind_truth
 from aicache.adaptive.advisor.replay import RecordingAdvisor, ReplayAdvisor
 from aicache.adaptive.advisor.statistical import KAPPA_PARETO, StatisticalAdvisor, concentration_from
 from aicache.adaptive.analyzer import analyze
@@ -163,10 +164,36 @@ GENERATORS: list[tuple[str, str, Gen]] = [
 ]
 
 
+class Truth:
+    """Ground truth for the oracle/noisy advisors: the label each test request was made with
+    (requests are held, so their ids stay unique)."""
+
+    def __init__(self) -> None:
+        self.labels: dict[int, tuple[DiagnosisRequest, str | None]] = {}
+
+    def label_for(self, request: DiagnosisRequest) -> str | None:
+        entry = self.labels.get(id(request))
+        return entry[1] if entry is not None and entry[0] is request else None
+
+
+TRUTH = Truth()
+
+
 def request(window: list[int], *, stale: bool = False, label: str | None = None) -> DiagnosisRequest:
     trigger = TRIGGER_CHR_ANOMALY if stale else TRIGGER_PERIODIC
     ctx = ReviewContext.for_review(trigger, "stable", "random", len(window))
-    return DiagnosisRequest("/data/train", tuple(window), analyze(window), ctx, label)
+    req = DiagnosisRequest("/data/train", tuple(window), analyze(window), ctx)
+    if label is not None:
+        TRUTH.labels[id(req)] = (req, label)
+    return req
+
+
+A = TypeVar("A", bound=Advisor)
+
+
+def truthful(adv: A) -> A:
+    assert bind_truth(adv, TRUTH)
+    return adv
 
 
 # ---------------------------------------------------------------------------- statistical
@@ -319,7 +346,7 @@ def test_continuation_evidence_equals_a_plain_count(x: list[int]) -> None:
 
 
 def test_oracle() -> None:
-    adv = OracleAdvisor()
+    adv = truthful(OracleAdvisor())
     for p in PATTERNS:
         assert adv.advise(request([1, 2, 3], label=p)) == Advice(p, 1.0, "true phase label")
     assert adv.advise(request([1, 2, 3])) is None
@@ -328,7 +355,7 @@ def test_oracle() -> None:
 
 def test_noisy_lies_at_the_requested_rate() -> None:
     draws = 6000
-    adv = make_advisor("noisy:0.3", seed=11)
+    adv = truthful(make_advisor("noisy:0.3", seed=11))
     assert isinstance(adv, NoisyAdvisor)
     labels = [PATTERNS[i % 3] for i in range(draws)]
     out = [adv.advise(request([0], label=lab)) for lab in labels]
@@ -348,14 +375,14 @@ def test_noisy_lies_at_the_requested_rate() -> None:
     assert min(lie_c) >= 0.45 and max(lie_c) <= 0.95
     assert np.mean(truths) > np.mean(lie_c)  # weakly informative, not useless
     # same seed, same answers; another seed, other answers
-    again = make_advisor("noisy:0.3", seed=11)
+    again = truthful(make_advisor("noisy:0.3", seed=11))
     assert [again.advise(request([0], label=lab)) for lab in labels[:200]] == out[:200]
-    other = make_advisor("noisy:0.3", seed=12)
+    other = truthful(make_advisor("noisy:0.3", seed=12))
     assert [other.advise(request([0], label=lab)) for lab in labels[:200]] != out[:200]
 
 
 def test_noisy_extremes() -> None:
-    honest, liar = NoisyAdvisor(0.0, random.Random(1)), NoisyAdvisor(1.0, random.Random(1))
+    honest, liar = truthful(NoisyAdvisor(0.0, random.Random(1))), truthful(NoisyAdvisor(1.0, random.Random(1)))
     for lab in PATTERNS * 20:
         assert honest.advise(request([0], label=lab)).pattern == lab  # type: ignore[union-attr]
         assert liar.advise(request([0], label=lab)).pattern != lab  # type: ignore[union-attr]
@@ -408,7 +435,7 @@ def test_missing_transcript_and_model_are_bad_input(tmp_path, monkeypatch) -> No
 
 def test_record_replay_of_a_non_llm_advisor(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "noisy.jsonl"
-    rec = make_advisor(f"record:{path}:noisy:0.4", seed=9)
+    rec = truthful(make_advisor(f"record:{path}:noisy:0.4", seed=9))
     reqs = [request(list(range(i, i + 50)), label=PATTERNS[i % 3]) for i in range(30)]
     reqs.append(request([1, 2, 3]))  # no label: no advice, recorded as such
     recorded = [rec.advise(r) for r in reqs]

@@ -144,6 +144,7 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     """The real engine with the real model as Chiron's advisor: reads go on, with the right
     bytes, while the model is still computing its answer; the answer, when it comes, is
     advice the gate judged or counted no-advice."""
+    from aicache.adaptive.observer import DecisionLog
     from aicache.adaptive.systems import make_system
     from aicache.datacache.engine import CacheEngine, EngineParams
     from aicache.testing import SlowFileSystem
@@ -160,6 +161,8 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     system = make_system("chiron", 1 << 30, block, advisor=advisor, runner="thread",
                          first_review_s=0.01, early_retry_s=0.01, routine_interval_s=0.02,
                          reflection_interval_s=0.02, min_window=10, window=64, round_s=0.05)
+    decisions = DecisionLog()
+    system.add_observer(decisions)  # type: ignore[attr-defined]
     e = CacheEngine(SlowFileSystem(), str(tmp_path / "cache"), 1 << 30, policy=system,
                     params=EngineParams(block_size=block))
     try:
@@ -178,18 +181,19 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
         advisor.hold.set()
         assert advisor.returned.wait(600), "the model never answered"
         deadline = time.monotonic() + 60
-        while not system.log:  # the controller judges the answer on a later access
+        while not decisions.judgements:  # the controller judges the answer on a later access
             assert time.monotonic() < deadline, "the answer was never judged"
             assert e.read(path, 0, block) == data[:block]
             time.sleep(0.01)
-        judged = system.log[0]
+        judged = decisions.judgements[0]
         assert system.no_advice + system.rejected_advice <= 1
         c = advisor.counters
         assert c.calls == 1 and c.no_advice in (0, 1)
         if c.no_advice == 0:
             assert c.input_tokens > 100 and c.output_tokens > 0  # the server's usage
         # the gate, and only the gate, decided: adopted iff parsed with c >= tau
-        assert judged["accepted"] == (judged["pattern"] is not None and judged["confidence"] >= TAU)
+        assert judged.accepted == (judged.pattern is not None and judged.confidence is not None
+                                   and judged.confidence >= TAU)
     finally:
         advisor.hold.set()
         e.close()

@@ -26,6 +26,7 @@ from aicache.sim.datacache import (
     load_workload,
     simulate_datacache,
 )
+from aicache.sim.grading import ChironGrader
 from aicache.traces.workflows import SPECS, VARIANTS, generate_workflow, plan_workflow
 
 def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
@@ -54,7 +55,8 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
     io_wait = 0.0
     on_access = system.on_access
     tick = system.tick
-    observe = getattr(system, "observe_label", None)
+    grader = ChironGrader()
+    observe = grader.observe_label if grader.attach(system) else None
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal used, evictions, rejected, pf_pending

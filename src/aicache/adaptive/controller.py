@@ -28,6 +28,11 @@ victim of the unit whose last access is the oldest among units whose executor ev
 (LRU across units, then the unit's own policy inside it); (3) if only units that reject
 when full remain, the oldest unit's fallback order. Admission asks the executor of the
 block's own unit.
+
+The controller only decides. It holds no ground truth and grades nothing: diagnosis
+accuracy, confusion, recovery time and per-answer logs come from observers
+(:mod:`aicache.adaptive.observer`) attached with :meth:`ChironSystem.add_observer`; the
+simulator attaches its grader (:class:`aicache.sim.grading.ChironGrader`).
 """
 
 from __future__ import annotations
@@ -43,15 +48,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aicache.adaptive.advisor.base import (
-    PATTERNS,
     TRIGGER_CHR_ANOMALY,
     Advice,
     Advisor,
     DiagnosisRequest,
     ReviewContext,
 )
+from aicache.adaptive.advisor.registry import make_advisor
+from aicache.adaptive.analyzer import analyze, tail_length
 from aicache.adaptive.executors import Executor, make_executor
+from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewScheduler
+from aicache.adaptive.gate import ConfidenceGate
+from aicache.adaptive.observer import ChironObserver, Judgement
 from aicache.adaptive.system import DataCacheSystem
+from aicache.adaptive.unit import UnitMapper
 from aicache.errors import BadInput
 
 _EMPTY: tuple[int, ...] = ()
@@ -213,8 +223,9 @@ class _Unit:
                  "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads",
                  "left_pattern", "switch_reads", "flaps", "index")
 
-    def __init__(self, name: str, executor: Executor, window: int, scheduler: Any,
-                 reflector: Any, shape: Any, now: float) -> None:
+    def __init__(self, name: str, executor: Executor, window: int, scheduler: ReviewScheduler,
+                 reflector: FeedbackReflector,
+                 shape: tuple[FeedbackReflector, FeedbackReflector] | None, now: float) -> None:
         self.name = name
         self.window: deque[int] = deque(maxlen=window)
         self.executor = executor
@@ -245,12 +256,10 @@ class _Unit:
         self.index = 0  # creation order: units due together are handled in this order
 
 
-def _resolve_advisor(advisor: Any, seed: int) -> Advisor:
+def _resolve_advisor(advisor: Advisor | str, seed: int) -> Advisor:
     """An :class:`Advisor` instance, or a spec string for the advisor registry."""
     if isinstance(advisor, Advisor):
         return advisor
-    from aicache.adaptive.advisor.registry import make_advisor
-
     return make_advisor(advisor, seed=seed)
 
 
@@ -259,13 +268,9 @@ class ChironSystem(DataCacheSystem):
 
     name = "chiron"
 
-    def __init__(self, capacity_bytes: int, *, advisor: Any = "statistical",
+    def __init__(self, capacity_bytes: int, *, advisor: Advisor | str = "statistical",
                  params: ChironParams | None = None, seed: int = 0,
                  runner: AdvisorRunner | str | None = None) -> None:
-        from aicache.adaptive.feedback import FeedbackReflector, ReviewParams
-        from aicache.adaptive.gate import ConfidenceGate
-        from aicache.adaptive.systems import UnitMapper
-
         self.params = p = params or ChironParams()
         self.capacity = capacity_bytes
         self.advisor = _resolve_advisor(advisor, seed)
@@ -281,7 +286,6 @@ class ChironSystem(DataCacheSystem):
         self.gate = ConfidenceGate(p.tau if p.gate else 0.0)
         self._review = ReviewParams(p.routine_interval_s, p.reflection_interval_s,
                                     p.early_retry_s, p.first_review_s, p.reflection)
-        self._make_reflector = lambda: FeedbackReflector(p.alpha, p.theta, p.min_round_accesses)
         self.rng = random.Random(seed)
         self.units_of = UnitMapper(p.unit_depth)
         self.units: dict[str, _Unit] = {}
@@ -301,21 +305,19 @@ class ChironSystem(DataCacheSystem):
         self.rejected_advice = 0
         self.switches = 0
         self.flaps_suppressed = 0  # switch-backs held by the oscillation back-off
-        self.diag_total = 0
-        self.diag_correct = 0
-        self.confusion: dict[str, dict[str, int]] = {}
-        self.log: list[dict[str, Any]] = []
-        self._label: str | None = None
-        self._boundary: float | None = None  # time of the last phase change (simulation)
-        self.recovery_s: list[float] = []
+        self.observers: list[ChironObserver] = []
+
+    def add_observer(self, observer: ChironObserver) -> None:
+        """Attach ``observer`` (see :mod:`aicache.adaptive.observer`); it is told of every
+        later submission, judgement and switch. Attaching one twice has no effect."""
+        if observer not in self.observers:
+            self.observers.append(observer)
 
     # -- helpers -------------------------------------------------------------------------------
     def _unit(self, file_unit: str, now: float) -> _Unit:
         name = self.units_of(file_unit)
         u = self.units.get(name)
         if u is None:
-            from aicache.adaptive.feedback import ReviewScheduler
-
             u = _Unit(name, self._executor("default"), self.params.window,
                       ReviewScheduler(self._review, now), self._make_reflector(),
                       (self._make_reflector(), self._make_reflector())
@@ -325,16 +327,13 @@ class ChironSystem(DataCacheSystem):
             self._wake_at(u, now)
         return u
 
+    def _make_reflector(self) -> FeedbackReflector:
+        p = self.params
+        return FeedbackReflector(p.alpha, p.theta, p.min_round_accesses)
+
     def _executor(self, pattern: str) -> Executor:
         p = self.params
         return make_executor(pattern, self.capacity, self.rng, prefetch=p.prefetch, eviction=p.eviction)
-
-    def observe_label(self, label: str | None, now: float | None = None) -> None:
-        """The true pattern of the reads that follow (simulation only: for the oracle /
-        noisy advisors, diagnosis accuracy and recovery time). Never used to decide."""
-        if label != self._label and now is not None:
-            self._boundary = now
-        self._label = label
 
     # -- DataCacheSystem ------------------------------------------------------------------------
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
@@ -394,7 +393,7 @@ class ChironSystem(DataCacheSystem):
         units = self.units.values()
         for u in units:
             if u.executor.eager_candidate():
-                b = int(u.executor.eviction.victim(now))  # type: ignore[call-overload]
+                b: int = int(u.executor.eviction.victim(now))  # type: ignore[call-overload]
                 self._forget(b, now)
                 return b
         best: _Unit | None = None
@@ -489,8 +488,6 @@ class ChironSystem(DataCacheSystem):
         heapq.heappush(self._wake, (nxt, u.index, u.name))
 
     def _diagnose(self, u: _Unit, now: float) -> None:
-        from aicache.adaptive.analyzer import analyze, tail_length
-
         trigger = u.scheduler.started(now)
         u.submitted_reads = u.reads
         if u.open_anomaly:
@@ -505,18 +502,16 @@ class ChironSystem(DataCacheSystem):
         )
         stats = analyze(window) if self.params.statistics else {}
         self.advisor_calls += 1
-        self.runner.submit(DiagnosisRequest(u.name, window, stats, ctx, self._label), now)
+        req = DiagnosisRequest(u.name, window, stats, ctx)
+        for o in self.observers:
+            o.on_submit(req, now)
+        self.runner.submit(req, now)
 
     def _judge(self, req: DiagnosisRequest, advice: Advice | None, now: float) -> None:
         u = self.units[req.unit]
         if advice is not None:
             self.input_tokens += advice.input_tokens
             self.output_tokens += advice.output_tokens
-            if req.true_label in PATTERNS:
-                self.diag_total += 1
-                self.diag_correct += advice.pattern == req.true_label
-                row = self.confusion.setdefault(req.true_label, {})
-                row[advice.pattern] = row.get(advice.pattern, 0) + 1
         decision = self.gate.check(advice)
         if advice is None:
             self.no_advice += 1
@@ -527,18 +522,15 @@ class ChironSystem(DataCacheSystem):
         self._backoff(u, advice, decision.accepted, now)
         if decision.accepted and u.open_anomaly:
             self._resolve_anomaly(u, decision.pattern)
-        self.log.append({"t": round(now, 3), "unit": u.name, "trigger": req.context.trigger,
-                         "pattern": advice.pattern if advice else None,
-                         "confidence": advice.confidence if advice else None,
-                         "accepted": decision.accepted, "label": req.true_label})
+        if self.observers:
+            j = Judgement(now, u.name, req.context.trigger, advice.pattern if advice else None,
+                          advice.confidence if advice else None, decision.accepted)
+            for o in self.observers:
+                o.on_judged(req, advice, j)
         if not decision.accepted:
             return
         pattern = decision.pattern
         assert pattern is not None
-        if self._boundary is not None and pattern == self._label:
-            # recovery: phase boundary -> first accepted diagnosis naming the new pattern
-            self.recovery_s.append(now - self._boundary)
-            self._boundary = None
         if pattern == u.pattern:
             u.state = "stable"
             return
@@ -573,8 +565,6 @@ class ChironSystem(DataCacheSystem):
         tail still partly from before is premature (flagged within a round of a change,
         the new pattern may not show yet): re-check, still as an anomaly review, once the
         tail has turned over (evidence-driven; the routine review stays the latest)."""
-        from aicache.adaptive.analyzer import tail_length
-
         need = tail_length(self.params.window)
         u.review_at_reads = -1
         if pattern != u.pattern or u.submitted_reads - u.anomaly_reads >= need:
@@ -616,6 +606,8 @@ class ChironSystem(DataCacheSystem):
         u.pattern = pattern
         u.state = "transition"
         self.switches += 1
+        for o in self.observers:
+            o.on_switch(u.name, u.left_pattern, pattern, now)
 
     # -- reporting ------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -628,9 +620,6 @@ class ChironSystem(DataCacheSystem):
             "rejected_advice": self.rejected_advice,
             "switches": self.switches,
             "flaps_suppressed": self.flaps_suppressed,
-            "diagnosis_accuracy": (self.diag_correct / self.diag_total) if self.diag_total else None,
-            "diagnosis_confusion": self.confusion,
-            "recovery_s": [round(x, 3) for x in self.recovery_s],
             "active_patterns": {n: (u.pattern or "default") for n, u in self.units.items()},
             "params": asdict(self.params),
         }

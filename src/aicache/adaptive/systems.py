@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from aicache.adaptive.system import DataCacheSystem
+from aicache.adaptive.unit import UnitMapper
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH
 from aicache.policies.base import EvictionPolicy, PrefetchPolicy
@@ -38,27 +39,6 @@ _EMPTY: tuple[int, ...] = ()
 
 #: Prefetchers that want the file, not the directory, as their stream.
 FILE_LEVEL_PREFETCH = frozenset({"sfp", "sfp-128"})
-
-
-class UnitMapper:
-    """file path → cache unit (the first ``depth`` path components), memoised."""
-
-    __slots__ = ("depth", "_memo")
-
-    def __init__(self, depth: int = 1) -> None:
-        if depth < 1:
-            raise BadInput(f"unit_depth={depth!r} must be >= 1")
-        self.depth = depth
-        self._memo: dict[str, str] = {}
-
-    def __call__(self, path: str) -> str:
-        u = self._memo.get(path)
-        if u is None:
-            parts = path.strip("/").split("/")
-            u = "/".join(parts[: self.depth]) if len(parts) > self.depth else (
-                "/".join(parts[:-1]) or path)
-            self._memo[path] = u
-        return u
 
 
 class PolicySystem(DataCacheSystem):

@@ -498,6 +498,15 @@ class OneTB(Experiment):
 
 
 # -- diagnosis ------------------------------------------------------------------------------------
+class _PhaseTruth:
+    """Ground truth for :func:`diagnose_windows`: every window lies inside one phase."""
+
+    label: str | None = None
+
+    def label_for(self, request: DiagnosisRequest) -> str | None:
+        return self.label
+
+
 def diagnose_windows(workload: str, scale: float, seed: int, window: int = 1000,
                      step: int = 500, advisor: str = "statistical") -> dict[str, Any]:
     """Slide a ``window`` over every phase (windows wholly inside the phase, every ``step``
@@ -508,18 +517,23 @@ def diagnose_windows(workload: str, scale: float, seed: int, window: int = 1000,
     from aicache.adaptive.analyzer import analyze, tail_length
     from aicache.traces.gen import WORKFLOWS
 
+    from aicache.adaptive.advisor.oracle import bind_truth
+
     tr = WORKFLOWS.get(workload)(scale, seed)
     adv = make_advisor(advisor, seed=seed)
+    truth = _PhaseTruth()
+    bind_truth(adv, truth)  # an oracle/noisy advisor answers from the phase being diagnosed
     conf: dict[str, int] = {}
     first_ok = first_n = later_ok = later_n = 0
     ids = tr.obj_id
     for ph in tr.phases:
+        truth.label = ph.pattern
         w = min(window, ph.end - ph.start)
         starts = range(ph.start, ph.end - w + 1, step)
         for k, s in enumerate(starts):
             win = tuple(ids[s:s + w].tolist())
             req = DiagnosisRequest(tr.dataset.name, win, analyze(win),
-                                   ReviewContext(recent_tail_length=tail_length(len(win))), ph.pattern)
+                                   ReviewContext(recent_tail_length=tail_length(len(win))))
             a = adv.advise(req)
             pred = a.pattern if a is not None else "none"
             conf[f"{ph.pattern}->{pred}"] = conf.get(f"{ph.pattern}->{pred}", 0) + 1

@@ -39,6 +39,7 @@ import numpy as np
 
 from aicache.adaptive.system import DataCacheSystem
 from aicache.errors import BadInput
+from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
 
 MiB = 1 << 20
@@ -294,6 +295,7 @@ def simulate_datacache(
     seed: int = 0,
     scale: float = 1.0,
     system_params: dict[str, Any] | None = None,
+    grader: ChironGrader | None = None,
 ) -> DataCacheResult:
     """Replay ``workload`` through ``system`` with a cache of ``cache_size`` bytes.
 
@@ -302,6 +304,8 @@ def simulate_datacache(
     ``system``: a name for :func:`~aicache.adaptive.systems.make_system` or an instance.
     ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the
     workload's seed budget.
+    ``grader``: the observer that grades a Chiron run against the phase labels (a fresh
+    one when None; its grades are in the result either way, see :mod:`aicache.sim.grading`).
     """
     from aicache.adaptive.systems import make_system
     from aicache.units import parse_size
@@ -333,14 +337,15 @@ def simulate_datacache(
         sysname = system
     else:
         sysobj, sysname = system, getattr(system, "name", type(system).__name__)
+    grader = grader or ChironGrader()
     try:
-        return _run(wl, sysobj, sysname, capacity, cm)
+        return _run(wl, sysobj, sysname, capacity, cm, grader if grader.attach(sysobj) else None)
     finally:
         sysobj.close()
 
 
 def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int,
-         cm: CostModel) -> DataCacheResult:
+         cm: CostModel, grader: ChironGrader | None = None) -> DataCacheResult:
     """The replay loop. Hot path (one iteration per read): every lookup is a bound local,
     the trace is converted to Python lists one chunk at a time (no per-read objects besides
     the floats the clock needs), the worker pool is a heap updated in place with
@@ -376,7 +381,7 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
     tick = system.tick
     if getattr(tick, "__func__", None) is DataCacheSystem.tick:
         tick = None  # the base class's no-op: skip a call per read
-    observe = getattr(system, "observe_label", None)
+    observe = grader.observe_label if grader is not None else None
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     store_pop = store.pop
     unread_discard = unread.discard
@@ -508,6 +513,8 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
         phases.append(PhaseResult(seg.name, seg.pattern, n, seg_hits / n if n else 0.0, end - clock))
         clock = end
     st = system.stats()
+    if grader is not None:
+        st.update(grader.stats())
     n = len(wl)
     calls = int(st.get("advisor_calls", 0))
     return DataCacheResult(

@@ -56,14 +56,14 @@ class DiagnosisRequest:
     """A snapshot handed to the advisor. ``stats`` = {"window": {...}, "recent tail": {...}}
     as computed by :func:`aicache.adaptive.analyzer.analyze`; an empty mapping means
     "statistics off" (the ablation: LLM advisors then send neither the statistics nor their
-    guide). ``true_label`` is set only by the simulator from generator labels (for the
-    ``oracle``/``noisy`` advisors)."""
+    guide). It carries only what the controller knows: ground truth (a generator's phase
+    label) reaches the experiment-only advisors through
+    :class:`aicache.adaptive.advisor.oracle.GroundTruth`, never through a request."""
 
     unit: str
     window: tuple[int, ...]
     stats: Mapping[str, Any]
     context: ReviewContext
-    true_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,11 @@
 """Experiment-only advisors that read the generator's true phase label.
 
+Ground truth never travels in a :class:`DiagnosisRequest` (the production request type):
+these advisors ask a :class:`GroundTruth` source for the label of the request's submission
+moment. The simulator's grader (:class:`aicache.sim.grading.ChironGrader`) is one and binds
+itself with :func:`bind_truth` when it is attached; unbound (the real engine) they give
+*no advice*.
+
 ``oracle`` bounds what any advisor could achieve (always right, always sure). ``noisy:P``
 models an unreliable LLM: it names a uniformly chosen *wrong* pattern with probability
 ``P``, and its self-reported confidence is only weakly informative, as the seed observes of
@@ -16,7 +22,7 @@ fixed number of draws (3), so runs are reproducible whatever the answers.
 from __future__ import annotations
 
 import random
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from aicache.adaptive.advisor.base import PATTERNS, Advice, Advisor, DiagnosisRequest
 from aicache.errors import BadInput
@@ -25,21 +31,51 @@ TRUTH_CONFIDENCE = (0.55, 1.0)
 LIE_CONFIDENCE = (0.45, 0.95)
 
 
-class OracleAdvisor(Advisor):
-    """Returns ``request.true_label`` with confidence 1.0; *no advice* when unknown."""
+class GroundTruth(Protocol):
+    def label_for(self, request: DiagnosisRequest) -> str | None:
+        """The true pattern when ``request`` was submitted (None = unknown)."""
+        ...
+
+
+class TruthAdvisor(Advisor):
+    """An advisor that answers from a :class:`GroundTruth` (``truth``; None = unbound)."""
+
+    truth: GroundTruth | None = None
+
+    def _label(self, request: DiagnosisRequest) -> str | None:
+        label = self.truth.label_for(request) if self.truth is not None else None
+        return label if label in PATTERNS else None
+
+
+def bind_truth(advisor: Advisor, truth: GroundTruth) -> bool:
+    """Point every :class:`TruthAdvisor` in ``advisor``'s wrapper chain (advisors that
+    wrap another keep it in ``inner``) at ``truth``. True if one was found."""
+    found = False
+    a: object = advisor
+    while isinstance(a, Advisor):
+        if isinstance(a, TruthAdvisor):
+            a.truth = truth
+            found = True
+        a = getattr(a, "inner", None)
+    return found
+
+
+class OracleAdvisor(TruthAdvisor):
+    """Returns the true label with confidence 1.0; *no advice* when unknown."""
 
     name: ClassVar[str] = "oracle"
     expected_latency_s = 0.0
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
         self.counters.calls += 1
-        if request.true_label not in PATTERNS:
+        label = self._label(request)
+        if label is None:
             self.counters.error("no true label")
             return None
-        return Advice(request.true_label, 1.0, "true phase label")
+        return Advice(label, 1.0, "true phase label")
 
 
-class NoisyAdvisor(Advisor):
+class NoisyAdvisor(TruthAdvisor):
     """The oracle, lying with probability ``p`` (a uniformly chosen wrong pattern)."""
 
     name: ClassVar[str] = "noisy"
@@ -55,8 +91,8 @@ class NoisyAdvisor(Advisor):
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
         self.counters.calls += 1
-        truth = request.true_label
-        if truth not in PATTERNS:
+        truth = self._label(request)
+        if truth is None:
             self.counters.error("no true label")
             return None
         lie_draw, pick_draw, conf_draw = self.rng.random(), self.rng.random(), self.rng.random()
