@@ -30,9 +30,13 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
+
+if TYPE_CHECKING:  # numpy is imported where the recomputation runs
+    import numpy as np
 
 _M64 = (1 << 64) - 1
 _M128 = (1 << 128) - 1
@@ -263,7 +267,7 @@ class LHD(EvictionPolicy):
         self._hits = {int(s): float(hits[s]) for s in np.flatnonzero(hits)}
         self._evictions = {int(s): float(evictions[s]) for s in np.flatnonzero(evictions)}
 
-    def _adapt_age_coarsening(self, hits: object, evictions: object) -> None:
+    def _adapt_age_coarsening(self, hits: np.ndarray, evictions: np.ndarray) -> None:
         self._ewma_objects = f32(f32(self._ewma_objects * EWMA_DECAY) + len(self._sizes))
         self._ewma_objects_mass = f32(f32(self._ewma_objects_mass * EWMA_DECAY) + 1.0)
         num_objects = f32(self._ewma_objects / self._ewma_objects_mass)
@@ -281,16 +285,16 @@ class LHD(EvictionPolicy):
             a = arr  # (classes, MAX_AGE) float32, modified in place
             if delta < 0:
                 s = -delta
-                a[:, MAX_AGE - 1] += a[:, MAX_AGE >> s:MAX_AGE - 1].sum(  # type: ignore[index]
+                a[:, MAX_AGE - 1] += a[:, MAX_AGE >> s:MAX_AGE - 1].sum(
                     axis=1, dtype="float32")
                 for age in range(MAX_AGE - 2, -1, -1):
-                    a[:, age] = a[:, age >> s] / (1 << s)  # type: ignore[index]
+                    a[:, age] = a[:, age >> s] / (1 << s)
             elif delta > 0:
                 width = 1 << delta
                 for age in range(MAX_AGE >> delta):
-                    a[:, age] = a[:, age << delta:(age << delta) + width].sum(  # type: ignore[index]
+                    a[:, age] = a[:, age << delta:(age << delta) + width].sum(
                         axis=1, dtype="float32")
-                a[:, MAX_AGE >> delta:MAX_AGE - 1] = 0  # type: ignore[index]
+                a[:, MAX_AGE >> delta:MAX_AGE - 1] = 0
 
     # -- events -----------------------------------------------------------------------
     def on_hit(self, key: Key, size: int, now: float) -> None:
