@@ -59,9 +59,10 @@ def _transcripts(sc: Scenario) -> list[tuple[str, Path]]:
 def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     """One Chiron run: ``workload, scale, seed, advisor`` (a spec, or ``llm:PATH`` for a
     transcript), ``chiron`` overrides, ``delay`` (``fixed`` or ``measured``). Returns the
-    simulator's metrics plus what the controller's decision log shows."""
+    simulator's metrics plus what the grader's answer log shows."""
     from aicache.adaptive.systems import make_system
     from aicache.sim.datacache import simulate_datacache
+    from aicache.sim.grading import ChironGrader
 
     seed = int(params.get("seed", 0))
     wl = _workload(params["workload"], float(params.get("scale", 1.0)), seed)
@@ -75,8 +76,9 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     capacity = wl.default_cache_bytes
     system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=seed, runner=runner,
                          **dict(params.get("chiron", {})))
-    log = system.log  # type: ignore[attr-defined]
-    d = simulate_datacache(wl, system, capacity, seed=seed).to_dict()
+    grader = ChironGrader()  # the answer log with the phase labels, and the grades
+    d = simulate_datacache(wl, system, capacity, seed=seed, grader=grader).to_dict()
+    log = grader.log
     conf = d.get("diagnosis_confusion") or {}
     out: dict[str, Any] = {k: d.get(k) for k in (
         "requests", "chr", "jct_seconds", "advisor_calls", "advisor_tokens", "advisor_input_tokens",

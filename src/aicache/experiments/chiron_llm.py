@@ -131,21 +131,23 @@ def scenario(name: str) -> Scenario:
 
 def run_scenario(sc: Scenario, advisor: Advisor | str) -> dict[str, Any]:
     """Simulate ``sc`` with ``advisor`` (an instance or a spec); the result's dict plus the
-    controller's decision log (``log``) and, for measured delay, the delays used."""
+    grader's answer log (``log``: judged answers with their phase labels) and, for measured delay, the delays used."""
     from aicache.adaptive.advisor.registry import make_advisor
     from aicache.adaptive.systems import make_system
     from aicache.sim.datacache import load_workload, simulate_datacache
+    from aicache.sim.grading import ChironGrader
 
     adv = make_advisor(advisor, seed=sc.seed) if isinstance(advisor, str) else advisor
     wl = load_workload(sc.workload, scale=sc.scale, seed=sc.seed)
     runner: AdvisorRunner | None = MeasuredDelayRunner(adv) if sc.delay == "measured" else None
     capacity = wl.default_cache_bytes
     assert capacity is not None
-    # the same construction as ``simulate_datacache(wl, "chiron", ...)``, kept in hand for its log
+    # the same construction as ``simulate_datacache(wl, "chiron", ...)``, kept in hand for its runner
     system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
-    res = simulate_datacache(wl, system, capacity, seed=sc.seed)
+    grader = ChironGrader()
+    res = simulate_datacache(wl, system, capacity, seed=sc.seed, grader=grader)
     d = res.to_dict()
-    d["log"] = list(system.log)
+    d["log"] = list(grader.log)
     if isinstance(runner, MeasuredDelayRunner):
         d["delays_s"] = [round(x, 3) for x in runner.delays]
     return d
