@@ -46,7 +46,7 @@ from aicache.traces.formats.oracle_general import next_access_times
 from aicache.units import parse_size
 
 SIZE_MODES = ("objects", "bytes")
-#: keys of the ``--json`` object, in CLI.md's order (a stable contract)
+#: keys of the ``--json`` object, in order (a stable contract: scripts parse them)
 JSON_KEYS = ("trace", "policy", "prefetch", "size_mode", "cache_size", "requests", "hits",
              "miss_ratio", "byte_miss_ratio", "wall_seconds", "requests_per_second")
 #: show a progress bar (when stderr is a terminal) from this many requests on
@@ -73,7 +73,7 @@ class WorkingSet:
 
 @dataclass(slots=True)
 class CacheSimResult:
-    """One simulation's numbers. The first eleven fields are CLI.md's JSON keys, in order."""
+    """One simulation's numbers. The first eleven fields are :data:`JSON_KEYS`, in order."""
 
     trace: str
     policy: str
@@ -98,7 +98,7 @@ class CacheSimResult:
     seed: int = 0
 
     def to_dict(self) -> dict[str, object]:
-        """CLI.md's JSON keys first, in order, then every other field (the table's rows:
+        """:data:`JSON_KEYS` first, in order, then every other field (the table's rows:
         ``--json`` carries everything the table shows)."""
         d = asdict(self)
         out = {k: d[k] for k in JSON_KEYS}

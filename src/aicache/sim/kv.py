@@ -1,6 +1,6 @@
 """Trace-driven replay of a tiered KV cache (GPU ← DRAM ← SSD) for SARIA and baselines.
 
-Methodology (seed 002 §3/§5.1, spec ``SARIA.md``):
+Methodology (the published evaluation's, ``docs/design/saria.md``):
 
 * **Session replay** (traces with session ids): each session keeps its request order and
   recorded inter-request intervals; only session *start* times move — spread over a
@@ -59,7 +59,7 @@ from aicache.kv.saria import (
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
 
-#: JSON keys promised by CLI.md (``aicache sim kv --json``), in order.
+#: The stable keys of ``aicache sim kv --json``, in order (scripts parse them).
 JSON_KEYS = ("system", "requests", "ttft_mean_s", "ttft_p90_s", "ttft_p25bad_s", "char",
              "char_p25bad", "ssd_write_bytes", "ssd_read_bytes", "ssd_writes_norm",
              "ssd_reads_norm", "dram_evictions", "transfer_mean_s", "transfer_p25bad_s",
