@@ -1,4 +1,4 @@
-"""``aicache gen workflow NAME``: write a seed Table 2 workload as a block-csv trace with
+"""``aicache gen workflow NAME``: write a published Chiron workload (``docs/design/chiron.md``) as a block-csv trace with
 true phase labels, optionally materialising the dataset as real files."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "workflow", help="generate an AI data workflow trace (W1..W3, T1..T6)",
-        description="Generate a block-csv trace of a seed Table 2 workload (files sorted by path "
+        description="Generate a block-csv trace of a published Chiron workload (files sorted by path "
                     "map to consecutive 4 MiB blocks; phase column = true pattern label).")
     p.add_argument("name", metavar="NAME", help="W1..W3 or T1..T6")
     p.add_argument("--out", required=True, metavar="TRACE.csv", help="output block-csv path")

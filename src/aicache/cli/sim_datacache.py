@@ -17,7 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Event-driven data-cache simulation: loader workers, hit/miss latency, remote "
                     "bandwidth, a bounded prefetch budget; reports CHR, JCT and advisor costs.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workload", metavar="NAME", help="W1..W3 or T1..T6 (seed Table 2)")
+    src.add_argument("--workload", metavar="NAME", help="W1..W3 or T1..T6 (docs/design/chiron.md)")
     src.add_argument("--trace", metavar="PATH", help="a block trace (block-csv or another block format)")
     p.add_argument("--format", default="auto", metavar="FMT", help="trace format (default: detect)")
     p.add_argument("--scale", type=float, default=1.0, help="workload size factor (default 1.0 = the published evaluation's sizes)")

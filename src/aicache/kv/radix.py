@@ -1,4 +1,4 @@
-"""Unified context metadata: a radix tree of block-aligned prefixes (SARIA §4.3).
+"""Unified context metadata: a radix tree of block-aligned prefixes (``docs/design/saria.md``).
 
 Why a tree and not a dict of block hashes: SARIA's decisions are about *prefixes*. A
 request can only reuse a block if every block before it is reusable too; a transfer must
@@ -58,8 +58,8 @@ class KVObject(IntEnum):
 class RadixNode:
     """One block of a context prefix: its key, tree links, SARIA counters and locations.
 
-    Counters (SARIA §4.2): ``E`` = times selected at a DRAM eviction boundary; ``R`` =
-    request reuse count; ``t_reuse`` = last time a request reused it *or it was (re)stored*
+    Counters (the admission evidence of ``docs/design/saria.md``): ``E`` = times selected
+    at a DRAM eviction boundary; ``R`` = request reuse count; ``t_reuse`` = last time a request reused it *or it was (re)stored*
     (the recency P_τ protects); ``t_touch`` = last reuse or recomputation (metadata window).
     Attributes an eviction policy may read: ``session``, ``turn``, ``token_type``,
     ``offset`` (token offset of the block in its prompt), ``t_access`` (last DRAM access).
