@@ -31,6 +31,7 @@ from typing import Any
 
 from aicache.kv.session_predictor import (ContinuationPredictor, LogNormalGaps,
                                           RequestFeatures, SessionTracker)
+from aicache.policies import make_eviction
 from aicache.policies.base import EvictionPolicy
 from aicache.registry import Registry
 
@@ -116,8 +117,6 @@ class EvictionAdapter(PrefixPolicy):
     def __init__(self, capacity_tokens: int, *, policy: str, rng: random.Random | None = None,
                  **params: Any) -> None:
         super().__init__(capacity_tokens, rng=rng)
-        from aicache.policies import make_eviction
-
         self.inner: EvictionPolicy = make_eviction(policy, capacity_tokens, rng=self.rng, **params)
         self.name = policy
         self.needs_future = type(self.inner).needs_future

@@ -67,7 +67,7 @@ import copy
 import heapq
 import math
 import random
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
@@ -839,8 +839,6 @@ class SAECacheSeed(SAECache):
 
     def __init__(self, capacity_tokens: int, **kw: Any) -> None:
         super().__init__(capacity_tokens, **kw)
-        from collections import defaultdict
-
         self._groups = defaultdict(OrderedDict)
         #: the victim heap: (not evict-first, P, seq, gid) of every non-empty group's head
         self._sheap: list[tuple[bool, float, int, int]] = []
