@@ -13,7 +13,7 @@ W1-like job (the seed's ResNet-50 workflow, scaled down) is run as a real progra
    misplaced block).
 2. **Reader**: a ``torch.utils.data.Dataset`` whose ``__getitem__`` reads one sample (one
    file; a file pair or one block of a shard for the other workflows) through an fsspec
-   filesystem — the ``aicache`` filesystem over ``slow`` (D's latency-injecting wrapper:
+   filesystem — the ``aicache`` filesystem over ``slow`` (:class:`aicache.testing.SlowFileSystem`:
    20 ms per request, like a nearby object store) over ``s3``, or for ``nocache`` the
    ``slow`` s3 filesystem directly — then emulates the per-sample compute of the phase
    with a fixed sleep (a sleep, not a busy loop: the CPU is shared, a sleep costs the same
@@ -37,7 +37,7 @@ W1-like job (the seed's ResNet-50 workflow, scaled down) is run as a real progra
 (the default) the job starts the cache directory's policy daemon
 (:class:`aicache.datacache.daemon.PolicyDaemon`) in its own process before the loaders,
 and every worker's filesystem connects to it (``daemon="connect"``): one access stream,
-one budget, one Chiron controller — as ARCHITECTURE.md requires. With
+one budget, one Chiron controller (a cache directory has one policy owner). With
 ``shared_policy=False`` each worker decides alone (the store stays safe, but each policy
 sees an interleaved fragment of the stream and manages the shared budget blindly); the
 benchmark runs both to show the difference.

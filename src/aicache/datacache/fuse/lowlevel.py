@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from aicache.datacache.fuse.binding import FUSE_CAP_SPLICE_WRITE, FuseOSError, bufvec_type, fill_bufvec
-from aicache.datacache.fuse.lowlevel_abi import (Args, FileInfo, LowLevelOps, CALLBACK_TYPES, address_of,
-                                                 binding, entry_type, lib)
+from aicache.datacache.fuse.lowlevel_abi import (CALLBACK_TYPES, Args, FileInfo, LowLevelOps,
+                                                 address_of, binding, entry_type, lib)
 from aicache.datacache.fuse.ops import CacheFuse
 
 log = logging.getLogger("aicache.fuse")
