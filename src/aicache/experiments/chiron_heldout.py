@@ -42,6 +42,9 @@ def _why(ch: Mapping[str, Any], best: Mapping[str, Any]) -> str:
     parts = [f"{name}: CHR {d * 100:+.1f} pp" for d, name in gaps[:3]]
     parts.append(f"diagnosis acc {acc:.2f}" if isinstance(acc, float) else "diagnosis acc n/a")
     parts.append(f"{ch.get('switches')} switches")
+    pa, pb = ch.get("prefetch_accuracy"), best.get("prefetch_accuracy")
+    if isinstance(pa, float) and isinstance(pb, float):
+        parts.append(f"prefetch acc {pa:.2f} vs {pb:.2f}")
     return "; ".join(parts)
 
 
