@@ -160,7 +160,7 @@ DAEMON_WORKER = textwrap.dedent("""
 def _pass_with_workers(tmp_path, use_daemon: bool) -> tuple[int, int, int, Any, str]:
     from aicache.datacache.daemon import PolicyDaemon
     from aicache.datacache.engine import make_engine_system
-    from aicache.datacache.policy import LocalPolicy
+    from aicache.datacache.policy import SystemDriver
 
     base = tmp_path / ("d" if use_daemon else "nod")
     src = base / "src"
@@ -173,7 +173,7 @@ def _pass_with_workers(tmp_path, use_daemon: bool) -> tuple[int, int, int, Any, 
     os.makedirs(cache)
     daemon = None
     if use_daemon:
-        daemon = PolicyDaemon(cache, LocalPolicy(make_engine_system("juicefs", 1 << 30, BLOCK), BLOCK))
+        daemon = PolicyDaemon(cache, SystemDriver(make_engine_system("juicefs", 1 << 30, BLOCK), BLOCK))
         daemon.start_thread()
     try:
         procs = [subprocess.Popen([sys.executable, "-c", DAEMON_WORKER, str(src), cache, str(k), "3",

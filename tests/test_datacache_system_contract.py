@@ -69,14 +69,7 @@ def _block_ids(files: list[tuple[str, int]], reads: list[tuple[str, int]]) -> li
 
 
 def _held(system: Any) -> set[int]:
-    """The blocks ``system`` holds (read from each kind's own state)."""
-    if hasattr(system, "policy"):  # a fixed eviction policy (+ prefetcher)
-        return set(system.policy.keys())
-    if hasattr(system, "next_use"):  # clairvoyant
-        return set(system.next_use)
-    if hasattr(system, "block_unit"):  # chiron
-        return set(system.block_unit)
-    return set()  # nocache
+    return set(system.held())
 
 
 def _engine(tmp: Path, name: str, budget: int, files: list[tuple[str, int]],
@@ -124,7 +117,9 @@ def test_driver_store_and_system_agree_after_every_read(tmp_path: Path, name: st
     try:
         assert st["hits"] + st["misses"] == len(_reads(sorted(
             (str(tmp_path / "data" / d / f), s) for d, f, s in FILES)))
-        if name != "nocache":
+        # S3-FIFO in 6 blocks: every block is larger than its small queue (0.6 blocks), so
+        # it caches nothing, as libCacheSim's does; the case checks the refusals
+        if name != "nocache" and not (name.startswith("s3fifo") and budget == BUDGETS[0]):
             assert st["hits"] > 0, f"{name} never hit: the test exercises nothing"
     finally:
         e.close()

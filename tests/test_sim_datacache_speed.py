@@ -75,7 +75,9 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
             v = system.victim(t)
             used -= store.pop(v)
             evictions += 1
-            unread.discard(v)
+            if v in unread:
+                unread.discard(v)
+                system.on_prefetch_wasted(v, t)
         store[block] = size
         used += size
         if system.on_insert(uname, block, size, t, is_pf) is False:
@@ -147,6 +149,7 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
                 if b in unread:
                     unread.discard(b)
                     pf_used += 1
+                    system.on_prefetch_used(b, now)
                 # the system sees residency (a read joining a demand fetch uses the stored block)
                 pf = on_access(units[ucodes[j]], b, size, b in store, now)
                 if pf:
@@ -182,6 +185,7 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
         n = seg.end - seg.start
         phases.append(PhaseResult(seg.name, seg.pattern, n, seg_hits / n if n else 0.0, end - clock))
         clock = end
+    drain(clock)
     return {"hits": hits, "late": late, "prefetched": prefetched, "pf_used": pf_used,
             "dropped": dropped, "evictions": evictions, "rejected": rejected, "remote": remote,
             "io_wait": io_wait, "jct": clock,

@@ -43,7 +43,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -374,13 +374,18 @@ class ChironSystem(DataCacheSystem):
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         return self._unit(unit, now).executor.admit(size, used)
 
-    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         u = self._unit(unit, now)
+        if not u.executor.on_insert(block, size, now, prefetched):
+            return False
         self.block_unit[block] = u
         self.sizes[block] = size
-        u.executor.on_insert(block, size, now, prefetched)
         if prefetched:
             self.unread.add(block)
+        return True
+
+    def held(self) -> Collection[int]:
+        return self.sizes.keys()
 
     def _forget(self, block: int, now: float) -> None:
         u = self.block_unit.pop(block)

@@ -219,11 +219,11 @@ class Executor:
             ev.on_miss(block, size, now)
         return self.prefetcher.on_access(stream, block, hit, now)
 
-    def on_insert(self, block: int, size: int, now: float, prefetched: bool) -> None:
+    def on_insert(self, block: int, size: int, now: float, prefetched: bool) -> bool:
+        """False: the eviction policy declined the block (S3-FIFO)."""
         if prefetched:
-            self.eviction.on_prefetch_insert(block, size, now)
-        else:
-            self.eviction.on_insert(block, size, now)
+            return self.eviction.on_prefetch_insert(block, size, now) is not False
+        return self.eviction.on_insert(block, size, now) is not False
 
     def adopt(self, block: int, size: int, now: float, read: bool) -> None:
         """Take over a resident block from the previous executor (not an access)."""

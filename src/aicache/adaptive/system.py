@@ -1,8 +1,9 @@
 """The data-cache *system* interface: prefetch + admission + eviction as one pure object.
 
 A system (``nocache``, ``juicefs``, ``alluxio``, ``juicefs-adaptive``, ``chiron``,
-``clairvoyant``, or an ``EVICTION+PREFETCH`` pair) is driven identically by the simulator
-(``aicache.sim.datacache``, virtual clock) and by the real engine
+``clairvoyant``, an ``EVICTION+PREFETCH`` pair or a bare eviction name) is driven by one
+driver, :class:`aicache.datacache.policy.SystemDriver`, in the simulator
+(``aicache.sim.datacache``, virtual clock) and in the real engine
 (``aicache.datacache.engine``, wall clock, real bytes). It never does I/O and never reads
 a clock: the driver tells it ``now``.
 
@@ -11,20 +12,23 @@ consecutive ranges, so a sorted traversal is a stride). ``unit`` names the cache
 file or a dataset directory) the block belongs to.
 
 Driver protocol, per demand read of a block:
-1. ``hit = block in store``; ``prefetch = system.on_access(unit, block, size, hit, now)``.
-2. On a miss, fetch; then if ``system.admit(unit, block, size, used, now)``: while it does
-   not fit, ``v = system.victim(now)`` and drop ``v``; store; ``system.on_insert(..., False)``.
-3. For each block in ``prefetch`` not resident and not in flight: fetch in the background
-   (within the driver's fetch budget); on arrival, admit/evict/store as in 2 and call
-   ``on_insert(..., prefetched=True)``. Prefetch arrivals are never accesses.
-4. ``system.tick(now)`` regularly (every access is fine): async advisor results, reviews.
-The driver calls ``on_remove`` for blocks it drops itself (corrupt, invalidated).
+1. ``tick(now)`` (async advisor results, reviews), then ``prefetch = on_access(unit,
+   block, size, hit, now)``; ``hit`` = the system holds the block. A read of an unread
+   prefetch is told first with ``on_prefetch_used``.
+2. On a miss, fetch; on arrival, if ``admit(unit, block, size, used, now)``: while it does
+   not fit, ``v = victim(now)`` (``on_prefetch_wasted(v)`` if ``v`` was an unread
+   prefetch) and drop ``v``; then ``on_insert(..., prefetched=False)``; a ``False`` answer
+   declines the block (the room made stays made) and the driver does not store it.
+3. For each block in ``prefetch`` not resident and not in flight: fetch (within the
+   driver's fetch budget); on arrival, as in 2 with ``prefetched=True``. Prefetch arrivals
+   are never accesses.
+The driver calls ``on_remove`` for blocks it drops itself (corrupt, lost, invalidated).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar
 
 
@@ -40,16 +44,27 @@ class DataCacheSystem(ABC):
         """Store this fetched block? ``used`` = bytes currently stored."""
 
     @abstractmethod
-    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
-        """The driver stored ``block``."""
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
+        """The driver made room for ``block``: hold it (True) or decline it (False)."""
 
     @abstractmethod
     def victim(self, now: float) -> int:
-        """Choose a stored block to drop, forget it, return it."""
+        """Choose a held block to drop, forget it, return it."""
 
     @abstractmethod
     def on_remove(self, block: int) -> None:
         """The driver dropped ``block`` itself; forget it."""
+
+    def on_prefetch_used(self, block: int, now: float) -> None:
+        """A prefetched block was read before it was evicted (told before ``on_access``)."""
+
+    def on_prefetch_wasted(self, block: int, now: float) -> None:
+        """A prefetched block was evicted unread (told right after ``victim`` named it)."""
+
+    def held(self) -> Collection[int]:
+        """The blocks the system holds (for the driver's invariant checks; may be slow).
+        Every registered system implements it."""
+        raise NotImplementedError(f"{type(self).__name__} does not list its blocks")
 
     def tick(self, now: float) -> None:
         """Background work due at ``now`` (advisor results, routine reviews)."""

@@ -10,6 +10,7 @@
 | `chiron`           | per-unit executor chosen by the advisor (see controller)   |
 | `clairvoyant`      | the next needed blocks (needs the trace) | Belady with bypass |
 | `E+P`              | prefetch ``P``                   | eviction ``E``     |
+| `E`                | none                             | eviction ``E``     |
 
 Every system is a :class:`~aicache.adaptive.system.DataCacheSystem`: the simulator and the
 real engine drive the same objects. Prefetchers see the *stream* a read belongs to: the
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,10 +43,14 @@ FILE_LEVEL_PREFETCH = frozenset({"sfp", "sfp-128"})
 
 
 class PolicySystem(DataCacheSystem):
-    """A fixed eviction policy plus a fixed prefetcher (the baselines and ``E+P`` pairs).
+    """A fixed eviction policy plus a fixed prefetcher (the baselines, ``E+P`` pairs and
+    bare eviction names, which are ``E+none``).
 
-    Prefetch feedback: a prefetched block read before eviction is *used*, one evicted
-    unread is *wasted*; both go to the prefetcher so adaptive depth/window can react.
+    Prefetch feedback: the driver reports a prefetched block read before eviction as
+    *used* and one evicted unread as *wasted*; both go to the prefetcher so adaptive
+    depth/window can react. A policy that sees misses hears every demand miss (ARC's,
+    S3-FIFO's, LeCaR's ghost hits) and may refuse the block there; a refused block is not
+    admitted when it arrives.
     """
 
     def __init__(self, name: str, eviction: str, prefetch: str, capacity_bytes: int, *,
@@ -60,45 +65,48 @@ class PolicySystem(DataCacheSystem):
         self.prefetcher: PrefetchPolicy = PREFETCH.get(prefetch)(**(prefetch_params or {}))
         self.file_level = prefetch in FILE_LEVEL_PREFETCH
         self.units = UnitMapper(unit_depth)
-        self.unread: set[int] = set()
-        self._sees_misses = bool(getattr(self.policy, "sees_misses", False))
+        self._sees_misses = bool(self.policy.sees_misses)
+        self._may_reject = bool(self.policy.may_reject)
+        #: blocks the policy refused at their miss (``on_miss`` returned False), until they
+        #: arrive; at most one entry per outstanding demand fetch
+        self._refused: set[int] = set()
 
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
         if hit:
             self.policy.on_hit(block, size, now)
-            if block in self.unread:
-                self.unread.discard(block)
-                self.prefetcher.on_prefetch_used(block, now)
-        elif self._sees_misses:
-            self.policy.on_miss(block, size, now)
+        elif self._sees_misses and self.policy.on_miss(block, size, now) is False:
+            self._refused.add(block)
         stream = unit if self.file_level else self.units(unit)
         return self.prefetcher.on_access(stream, block, hit, now)
 
+    def on_prefetch_used(self, block: int, now: float) -> None:
+        self.prefetcher.on_prefetch_used(block, now)
+
+    def on_prefetch_wasted(self, block: int, now: float) -> None:
+        self.prefetcher.on_prefetch_wasted(block, now)
+
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
-        if self.policy.may_reject:
+        if self._refused and block in self._refused:
+            self._refused.discard(block)
+            return False
+        if self._may_reject:
             return self.policy.admit(block, size, used, now)
         return True
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         if prefetched:
-            ok = self.policy.on_prefetch_insert(block, size, now)
-            if ok is not False:
-                self.unread.add(block)
-        else:
-            ok = self.policy.on_insert(block, size, now)
-        return ok is not False
+            return self.policy.on_prefetch_insert(block, size, now) is not False
+        return self.policy.on_insert(block, size, now) is not False
 
     def victim(self, now: float) -> int:
-        v = int(self.policy.victim(now))  # type: ignore[call-overload]
-        if v in self.unread:
-            self.unread.discard(v)
-            self.prefetcher.on_prefetch_wasted(v, now)
-        return v
+        return cast(int, self.policy.victim(now))  # data-cache keys are block ids
 
     def on_remove(self, block: int) -> None:
         if block in self.policy:
             self.policy.on_remove(block)
-        self.unread.discard(block)
+
+    def held(self) -> Collection[int]:
+        return set(self.policy.keys())  # type: ignore[arg-type]
 
 
 class NoCacheSystem(DataCacheSystem):
@@ -112,7 +120,7 @@ class NoCacheSystem(DataCacheSystem):
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         return False
 
-    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         raise AssertionError("nocache admits nothing")
 
     def victim(self, now: float) -> int:
@@ -120,6 +128,9 @@ class NoCacheSystem(DataCacheSystem):
 
     def on_remove(self, block: int) -> None:
         pass
+
+    def held(self) -> Collection[int]:
+        return _EMPTY
 
 
 class ClairvoyantSystem(DataCacheSystem):
@@ -145,8 +156,8 @@ class ClairvoyantSystem(DataCacheSystem):
         order = np.argsort(ids, kind="stable")
         same = ids[order[1:]] == ids[order[:-1]]
         nxt[order[:-1][same]] = order[1:][same]
-        self.ids = ids.tolist()
-        self.next = nxt.tolist()
+        self.ids: list[int] = ids.tolist()
+        self.next: list[int] = nxt.tolist()
         self.capacity = capacity_bytes
         self.lookahead = lookahead
         self.pos = -1  # index of the current demand read
@@ -196,8 +207,9 @@ class ClairvoyantSystem(DataCacheSystem):
             return True
         return use < self._farthest()
 
-    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
+    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         self._set(block, self.pending.pop(block, self.INF))
+        return True
 
     def victim(self, now: float) -> int:
         self._farthest()
@@ -207,6 +219,9 @@ class ClairvoyantSystem(DataCacheSystem):
 
     def on_remove(self, block: int) -> None:
         self.next_use.pop(block, None)
+
+    def held(self) -> Collection[int]:
+        return self.next_use.keys()
 
 
 # -- the registry ---------------------------------------------------------------------------
@@ -253,15 +268,11 @@ SYSTEMS.register("chiron", _chiron, "advisor-switched executors per cache unit")
 SYSTEMS.register("clairvoyant", _clairvoyant, "Belady + perfect prefetch (needs the trace)")
 
 
-def system_names() -> list[str]:
-    """Named systems plus the ``EVICTION+PREFETCH`` form."""
-    return SYSTEMS.names() + ["EVICTION+PREFETCH"]
-
-
 def make_system(name: str, capacity_bytes: int, block_size: int, *, advisor: Any = "statistical",
                 seed: int = 0, **params: Any) -> DataCacheSystem:
-    """Build system ``name``. An unknown name is a :class:`BadInput` listing the valid ones
-    (the named systems and the ``EVICTION+PREFETCH`` pairs)."""
+    """Build system ``name``: a registered system, an ``EVICTION+PREFETCH`` pair, or a bare
+    eviction name (``lru`` = ``lru+none``). An unknown name is a :class:`BadInput` listing
+    the valid ones."""
     if not isinstance(capacity_bytes, int) or capacity_bytes < 0:
         raise BadInput(f"cache size {capacity_bytes!r} must be a non-negative number of bytes")
     if name in SYSTEMS:
@@ -270,8 +281,10 @@ def make_system(name: str, capacity_bytes: int, block_size: int, *, advisor: Any
         ev, _, pf = name.partition("+")
         if ev in EVICTION and pf in PREFETCH:
             return _pair(name, ev, pf)(capacity_bytes, block_size, seed=seed, **params)
+    elif name in EVICTION:  # a bare eviction name: that policy with no prefetch
+        return _pair(name, name, "none")(capacity_bytes, block_size, seed=seed, **params)
     raise BadInput(
-        f"unknown system {name!r}; valid: {', '.join(SYSTEMS.names())}, or EVICTION+PREFETCH "
+        f"unknown system {name!r}; valid: {', '.join(SYSTEMS.names())}, EVICTION or EVICTION+PREFETCH "
         f"with EVICTION in {{{', '.join(EVICTION.names())}}} and PREFETCH in "
         f"{{{', '.join(PREFETCH.names())}}} (e.g. lru+stride)"
     )

@@ -4,10 +4,11 @@ PyTorch DataLoader workers are separate processes, each seeing a fragment of the
 stream (worker 0 gets batches 0, 2, 4…). A policy per process would misread a sequential
 pass as strided and split the budget blindly (ARCHITECTURE.md). So fsspec clients opened
 with ``daemon=True`` do not build a policy: they talk to this daemon, which holds one
-:class:`~aicache.datacache.policy.LocalPolicy` (the block map + the DataCacheSystem) for
+:class:`~aicache.datacache.policy.SystemDriver` (the block map + the DataCacheSystem) for
 the whole directory. Clients still read and write the shared block files themselves (the
-store is multi-process safe on its own); only *decisions* cross the socket: block ids,
-accesses (→ prefetch lists), admission, inserts and victims.
+store is multi-process safe on its own); only *decisions* cross the socket, one exchange
+per event of :class:`~aicache.datacache.policy.PolicyPort`: block ids, reads (→ prefetch
+lists), inserts (→ admission and victims) and blocks the store lost.
 
 Protocol: a Unix socket at ``CACHE_DIR/policy.sock``; one JSON object per line each way,
 ``{"m": method, "a": [args]}`` → ``{"r": result}`` or ``{"e": message}``. Times are the
@@ -40,8 +41,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aicache.datacache.policy import AccessResult, BlockMap, LocalPolicy
-from aicache.datacache.store import BlockKey
+from aicache.datacache.policy import (
+    AccessResult,
+    Admission,
+    BlockMap,
+    Placement,
+    Source,
+    SystemDriver,
+    Victim,
+    make_engine_system,
+)
+from aicache.datacache.store import HEADER_SIZE, BlockKey
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.daemon")
@@ -49,8 +59,15 @@ log = logging.getLogger("aicache.daemon")
 SOCK = "policy.sock"
 
 
-def _key(k: Sequence[Any] | None) -> BlockKey | None:
-    return None if k is None else BlockKey(str(k[0]), str(k[1]), int(k[2]))
+Driver = SystemDriver[BlockKey]
+
+
+def _key(k: Sequence[Any]) -> BlockKey:
+    return BlockKey(str(k[0]), str(k[1]), int(k[2]))
+
+
+def _wire(k: BlockKey) -> list[Any]:
+    return [k.path, k.version, k.index]
 
 
 def _socket_mode(cache_dir: str) -> int:
@@ -63,9 +80,9 @@ def _socket_mode(cache_dir: str) -> int:
 
 
 class PolicyDaemon:
-    """Serves one LocalPolicy over ``cache_dir/policy.sock`` (threads: one per client)."""
+    """Serves one SystemDriver over ``cache_dir/policy.sock`` (threads: one per client)."""
 
-    def __init__(self, cache_dir: str, policy: LocalPolicy, idle_exit_s: float = 300.0) -> None:
+    def __init__(self, cache_dir: str, policy: Driver, idle_exit_s: float = 300.0) -> None:
         self.cache_dir = cache_dir
         self.policy = policy
         self.idle_exit_s = idle_exit_s
@@ -107,41 +124,52 @@ class PolicyDaemon:
         return time.monotonic() - self._t0
 
     def dispatch(self, m: str, a: list[Any]) -> Any:
+        fn = self._methods.get(m)
+        if fn is None:
+            raise ValueError(f"unknown method {m!r}")
+        return fn(self, a)
+
+    def _read(self, a: list[Any]) -> Any:
+        unit, bid, key, size, source = a
         p = self.policy
-        if m == "access":
-            unit, bid, key, size, local, got = a
-            with self._mutex:
-                self.accesses += 1
-            r = p.access(unit, int(bid), _key(key), int(size), bool(local), bool(got), self.now())  # type: ignore[arg-type]
-            pf = [b for b in r.prefetch if not p.is_resident(b)]
-            return [r.hit, pf, r.prefetch_used]
-        if m == "admit":
-            unit, bid, size, used = a
-            return p.admit(unit, int(bid), int(size), int(used), self.now())
-        if m == "inserted":
-            unit, bid, key, size, prefetched = a
-            p.inserted(unit, int(bid), _key(key), int(size), self.now(), bool(prefetched))  # type: ignore[arg-type]
+        with self._mutex:
+            self.accesses += 1
+        r = p.read(unit, int(bid), _key(key), int(size), Source(source), self.now())
+        return [r.hit, [b for b in r.prefetch if not p.is_resident(b)], r.prefetch_used]
+
+    def _insert(self, a: list[Any]) -> Any:
+        unit, bid, key, size, used, prefetched = a
+        r = self.policy.insert(unit, int(bid), _key(key), int(size), int(used), self.now(),
+                               bool(prefetched))
+        return [r.admission.value, [[v.block, _wire(v.key), v.wasted] for v in r.victims]]
+
+    def _forget(self, a: list[Any]) -> Any:
+        self.policy.forget(int(a[0]), _key(a[1]))
+        return None
+
+    def _register(self, a: list[Any]) -> Any:
+        files = [(f, int(s)) for f, s in a[0]]
+        return {path: list(r) for path, r in self.policy.register(files).items()}
+
+    def _locate(self, a: list[Any]) -> Any:
+        loc = self.policy.locate(int(a[0]))
+        if loc is None:
             return None
-        if m == "victim":
-            k, wasted = p.victim(self.now())
-            return [None if k is None else [k.path, k.version, k.index], wasted]
-        if m == "register":
-            return {path: list(r) for path, r in p.register([(f, int(s)) for f, s in a[0]]).items()}
-        if m == "locate":
-            loc = p.locate(int(a[0]))
-            if loc is None:
-                return None
-            base = p.base(loc[0])
-            return [loc[0], loc[1], base]
-        if m == "hello":
-            return {"block_size": p.map.block_size, "policy": getattr(p.system, "name", ""),
-                    "pid": os.getpid()}
-        if m == "stats":
-            s = p.stats()
-            s["accesses"] = self.accesses
-            s["clients"] = self.clients
-            return s
-        raise ValueError(f"unknown method {m!r}")
+        return [loc[0], loc[1], self.policy.base(loc[0])]
+
+    def _hello(self, a: list[Any]) -> Any:
+        p = self.policy
+        return {"block_size": p.map.block_size, "policy": p.name, "pid": os.getpid()}
+
+    def _stats(self, a: list[Any]) -> Any:
+        s = self.policy.stats()
+        s["accesses"] = self.accesses
+        s["clients"] = self.clients
+        return s
+
+    _methods: dict[str, Callable[[PolicyDaemon, list[Any]], Any]] = {
+        "read": _read, "insert": _insert, "forget": _forget, "register": _register,
+        "locate": _locate, "hello": _hello, "stats": _stats}
 
     def serve(self) -> None:
         """Serve until idle for ``idle_exit_s`` (or :meth:`stop`)."""
@@ -230,7 +258,8 @@ class _Link:
 
 
 class DaemonPolicy:
-    """LocalPolicy's interface, answered by the directory's daemon (see module docstring).
+    """The :class:`~aicache.datacache.policy.PolicyPort`, answered by the directory's daemon
+    (see module docstring).
 
     Never hangs a reader: each call waits at most ``call_timeout_s`` (for the connection's
     lock, then for the answer). A call that times out or fails drops the connection and
@@ -241,7 +270,7 @@ class DaemonPolicy:
     collide with ones the local policy gave out); if not, this process stays on its own.
     ``timeouts`` / ``failures`` / ``reconnects`` count what happened."""
 
-    def __init__(self, path: str, block_size: int, fallback: Callable[[], LocalPolicy], *,
+    def __init__(self, path: str, block_size: int, fallback: Callable[[], Driver], *,
                  call_timeout_s: float = 1.0, reconnect_s: float = 1.0,
                  reconnect_max_s: float = 30.0) -> None:
         self.path = path
@@ -252,23 +281,22 @@ class DaemonPolicy:
         self._lock = threading.Lock()  # one exchange at a time on the link
         self._state = threading.Lock()  # link / local / reconnector transitions
         self._link: _Link | None = None
-        self._local: LocalPolicy | None = None
-        self._retired: list[LocalPolicy] = []
+        self._local: Driver | None = None
+        self._retired: list[Driver] = []
         self._reconnector: threading.Thread | None = None
         self._closed = threading.Event()
         self.timeouts = 0
         self.failures = 0
         self.reconnects = 0
         self.waited_s = 0.0  # time readers spent in calls that then failed
-        self.name = ""
+        self._name = ""
         self.block_size = block_size
         self.map = BlockMap(block_size)  # ranges learned from the daemon
-        self.system = None
 
     def attach(self, link: _Link) -> None:
         """Use ``link`` (first connection): learn the daemon's block size and policy name."""
         hello = link.call("hello", [], self.call_timeout_s)
-        self.name = str(hello["policy"])
+        self._name = str(hello["policy"])
         if int(hello["block_size"]) != self.block_size:
             link.close()
             raise BadInput(f"the cache daemon of {os.path.dirname(self.path)!r} uses block size "
@@ -284,18 +312,12 @@ class DaemonPolicy:
         that exists but does not answer within ``call_timeout_s`` leaves this process on a
         local policy, reconnecting later; none at all (``spawn=False``) or one that does
         not start within ``timeout_s`` is an error."""
-        import importlib
-
-        from aicache.datacache.engine import make_engine_system
-
-        # the fallback is built during an outage: its imports must not be paid then
-        importlib.import_module("aicache.adaptive.systems")
         os.makedirs(cache_dir, exist_ok=True)
         path = os.path.join(cache_dir, SOCK)
 
-        def fallback() -> LocalPolicy:
-            return LocalPolicy(make_engine_system(policy, cache_size, block_size, advisor, seed),
-                               block_size)
+        def fallback() -> Driver:
+            return SystemDriver(make_engine_system(policy, cache_size, block_size, advisor, seed),
+                                block_size, capacity=cache_size, overhead=HEADER_SIZE)
 
         dp = cls(path, block_size, fallback, call_timeout_s=call_timeout_s, reconnect_s=reconnect_s)
         deadline = time.monotonic() + timeout_s
@@ -341,7 +363,7 @@ class DaemonPolicy:
                 link.close()  # whoever holds the lock closes a dropped link: no reader is in it
             self._lock.release()
 
-    def _degrade(self, m: str, exc: BaseException, link: _Link | None = None) -> LocalPolicy:
+    def _degrade(self, m: str, exc: BaseException, link: _Link | None = None) -> Driver:
         """Answer locally from now on; drop ``link`` if it is still the current one (a late
         failure on a link already replaced must not drop its successor)."""
         with self._state:
@@ -406,7 +428,7 @@ class DaemonPolicy:
     def connected(self) -> bool:
         return self._link is not None and self._local is None
 
-    def _rpc(self, m: str, a: list[Any], local: Callable[[LocalPolicy], Any]) -> Any:
+    def _rpc(self, m: str, a: list[Any], local: Callable[[Driver], Any]) -> Any:
         lp = self._local
         if lp is not None:
             return local(lp)
@@ -418,20 +440,21 @@ class DaemonPolicy:
             self.waited_s += time.monotonic() - t0
             return local(self._degrade(m, exc, link))
 
-    # -- LocalPolicy's interface -----------------------------------------------------------
+    # -- the PolicyPort ---------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
     def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
         r = self._rpc("register", [[list(f) for f in files]], lambda p: p.register(files))
         ranges = {k: (int(v[0]), int(v[1])) for k, v in r.items()}
-        assert self.map is not None
         self.map.learn(ranges)
         return ranges
 
     def base(self, path: str) -> int | None:
-        assert self.map is not None
         return self.map.base(path)
 
     def locate(self, bid: int) -> tuple[str, int] | None:
-        assert self.map is not None
         loc = self.map.locate(bid)
         if loc is not None or self._local is not None:
             return loc
@@ -440,10 +463,10 @@ class DaemonPolicy:
             return None
         return str(r[0]), int(r[1])
 
-    def access(self, unit: str, bid: int, key: BlockKey, size: int, local: bool, got: bool,
-               now: float) -> AccessResult:
-        r = self._rpc("access", [unit, bid, [key.path, key.version, key.index], size, local, got],
-                      lambda p: p.access(unit, bid, key, size, local, got, now))
+    def read(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
+             now: float) -> AccessResult:
+        r = self._rpc("read", [unit, bid, _wire(key), size, source.value],
+                      lambda p: p.read(unit, bid, key, size, source, now))
         if isinstance(r, AccessResult):
             return r
         return AccessResult(bool(r[0]), [int(b) for b in r[1]], bool(r[2]))
@@ -451,21 +474,19 @@ class DaemonPolicy:
     def is_resident(self, bid: int) -> bool:
         return self._local.is_resident(bid) if self._local is not None else False
 
-    def admit(self, unit: str, bid: int, size: int, used: int, now: float) -> bool | None:
-        return self._rpc("admit", [unit, bid, size, used], lambda p: p.admit(unit, bid, size, used, now))  # type: ignore[no-any-return]
-
-    def inserted(self, unit: str, bid: int, key: BlockKey, size: int, now: float, prefetched: bool) -> None:
-        self._rpc("inserted", [unit, bid, [key.path, key.version, key.index], size, prefetched],
-                  lambda p: p.inserted(unit, bid, key, size, now, prefetched))
-
-    def victim(self, now: float) -> tuple[BlockKey | None, bool]:
-        r = self._rpc("victim", [], lambda p: p.victim(now))
-        if isinstance(r, tuple):
+    def insert(self, unit: str, bid: int, key: BlockKey, size: int, used: int, now: float,
+               prefetched: bool) -> Placement[BlockKey]:
+        r = self._rpc("insert", [unit, bid, _wire(key), size, used, prefetched],
+                      lambda p: p.insert(unit, bid, key, size, used, now, prefetched))
+        if isinstance(r, Placement):
             return r
-        return _key(r[0]), bool(r[1])
+        return Placement(Admission(r[0]), [Victim(int(b), _key(k), bool(w)) for b, k, w in r[1]])
 
-    def stats(self) -> dict[str, Any]:
-        s = dict(self._rpc("stats", [], lambda p: p.stats()))
+    def forget(self, bid: int, key: BlockKey) -> None:
+        self._rpc("forget", [bid, _wire(key)], lambda p: p.forget(bid, key))
+
+    def stats(self) -> dict[str, object]:
+        s: dict[str, object] = dict(self._rpc("stats", [], lambda p: p.stats()))
         s["daemon_timeouts"], s["daemon_failures"] = self.timeouts, self.failures
         s["daemon_reconnects"] = self.reconnects
         return s
@@ -500,7 +521,6 @@ def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from aicache.datacache.engine import make_engine_system
     from aicache.units import parse_size
 
     ap = argparse.ArgumentParser(prog="python -m aicache.datacache.daemon",
@@ -523,7 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parse_size(args.cache_size, what="--cache-size")
     block = parse_size(args.block_size, what="--block-size")
     system = make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed)
-    d = PolicyDaemon(os.path.abspath(args.cache_dir), LocalPolicy(system, block), args.idle_exit)
+    driver = SystemDriver[BlockKey](system, block, capacity=size, overhead=HEADER_SIZE)
+    d = PolicyDaemon(os.path.abspath(args.cache_dir), driver, args.idle_exit)
     log.info("serving %s (policy %s, pid %d)", d.path, args.policy, os.getpid())
     d.serve()
     return 0

@@ -1,9 +1,13 @@
 """CacheEngine: reads of remote files through the block store, driven by a DataCacheSystem.
 
-The engine is the *real* driver of the same policy objects the simulator drives (see
-:mod:`aicache.adaptive.system` for the protocol). It owns the wall clock
-(``time.monotonic()`` since the engine started), the bytes and the threads; the system owns
-every decision (what to prefetch, whether to admit, what to evict).
+The engine drives a system through the same :class:`~aicache.datacache.policy.SystemDriver`
+the simulator uses (or the daemon's, through the same
+:class:`~aicache.datacache.policy.PolicyPort`). It owns the clock (injected;
+``time.monotonic()`` since the engine started by default), the bytes and the threads; the
+system owns every decision. The engine asks once per event — a demand read
+(→ :class:`~aicache.datacache.policy.AccessResult`), a fetched block
+(→ :class:`~aicache.datacache.policy.Placement`: admission and victims) — and applies the
+answer to the store, which evicts what it is told and never calls back up.
 
 Block ids (stable file → block mapping): the first time a file of directory ``D`` is read,
 ``D`` is listed once on the remote; its files, sorted by path, get consecutive block-id
@@ -51,15 +55,33 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from aicache.adaptive.system import DataCacheSystem
 from aicache.datacache.budget import DEFAULT_FREE_SPACE_RATIO
 from aicache.datacache.counters import PERSISTED, CounterFile
-from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.policy import AccessResult, LocalPolicy
+from aicache.datacache.daemon import DaemonPolicy
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
-from aicache.datacache.store import DEFAULT_CACHE_MODE, BlockKey, StoreFull, UncachedStore, open_store
+from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.policy import (
+    AccessResult,
+    Admission,
+    Placement,
+    PolicyPort,
+    Source,
+    SystemDriver,
+    make_engine_system,
+)
+from aicache.datacache.store import (
+    DEFAULT_CACHE_MODE,
+    HEADER_SIZE,
+    BlockKey,
+    Put,
+    StoreFull,
+    UncachedStore,
+    open_store,
+)
 from aicache.datacache.version import VersionGone, VersionScheme, scheme_for
 from aicache.errors import BadInput
 
@@ -118,6 +140,39 @@ class EngineParams:
     #: share of the cache's disk kept free: a larger budget is capped at open, with a
     #: warning — see :mod:`aicache.datacache.budget`
     free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO
+    #: deterministic mode (replays, tests; one reading thread): a read fetches and stores
+    #: the prefetches it asked for before it returns, in the order the system named them,
+    #: after its own block — with an injected clock the engine then makes exactly the
+    #: simulator's decisions (``tests/test_engine_vs_sim.py``)
+    sync_prefetch: bool = False
+
+
+class DaemonMode(Enum):
+    """Who owns the policy of an engine."""
+
+    #: this process (one reader, or readers that need not share decisions)
+    LOCAL = "local"
+    #: the cache directory's policy daemon, started if missing
+    SHARED = "auto"
+    #: the cache directory's policy daemon, which must be running
+    CONNECT = "connect"
+
+    @classmethod
+    def of(cls, value: DaemonMode | bool | str) -> DaemonMode:
+        """The mode a user's ``daemon=`` value names (a bool or a string from a URL or
+        a config: ``True``/``"auto"``/``"true"``, ``False``/``"false"``, ``"connect"``)."""
+        if isinstance(value, DaemonMode):
+            return value
+        if isinstance(value, bool):
+            return cls.SHARED if value else cls.LOCAL
+        v = str(value).strip().lower()
+        if v in ("auto", "true", "1", "yes", "shared"):
+            return cls.SHARED
+        if v in ("", "false", "0", "no", "local"):
+            return cls.LOCAL
+        if v == "connect":
+            return cls.CONNECT
+        raise BadInput(f"daemon={value!r} is not a daemon mode; give true, false or connect")
 
 
 def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
@@ -145,76 +200,12 @@ class _Flight:
             return True
 
 
-class _EvictionSystem(DataCacheSystem):
-    """Adapter: an eviction policy from the registry as a system with no prefetch.
-
-    Used for plain eviction names (``lru``, ``2-random``…) when the systems registry does
-    not know the name."""
-
-    def __init__(self, name: str, capacity: int, seed: int) -> None:
-        import random
-
-        from aicache.policies import make_eviction
-
-        self.name = name  # type: ignore[misc]
-        self.policy = make_eviction(name, capacity, rng=random.Random(seed))
-
-    def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
-        if hit:
-            self.policy.on_hit(block, size, now)
-        return ()
-
-    def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
-        return self.policy.admit(block, size, used, now)
-
-    def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> None:
-        if prefetched:
-            self.policy.on_prefetch_insert(block, size, now)
-        else:
-            self.policy.on_insert(block, size, now)
-
-    def victim(self, now: float) -> int:
-        return self.policy.victim(now)  # type: ignore[return-value]
-
-    def on_remove(self, block: int) -> None:
-        if block in self.policy:
-            self.policy.on_remove(block)
-
-
-def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
-                       advisor: Any = None, seed: int = 0) -> DataCacheSystem:
-    """A system by name: the systems registry (chiron, juicefs, alluxio, ``lru+stride``…),
-    else a bare eviction policy (``lru``) with no prefetch."""
-    if isinstance(policy, DataCacheSystem):
-        return policy
-    try:
-        from aicache.adaptive.systems import make_system
-    except ImportError:
-        make_system = None
-    if make_system is not None:
-        # Chiron's advisor runs on its own thread in a real engine (never on the read path)
-        extra = {"runner": "thread"} if policy == "chiron" else {}
-        try:
-            return make_system(policy, capacity, block_size,
-                               advisor=advisor if advisor is not None else "statistical", seed=seed,
-                               **extra)
-        except BadInput:
-            from aicache.policies import EVICTION
-
-            if policy not in EVICTION:
-                raise
-    from aicache.policies import EVICTION
-
-    if policy not in EVICTION:
-        raise BadInput(f"unknown cache policy {policy!r}; valid: {', '.join(EVICTION.names())}")
-    return _EvictionSystem(policy, capacity, seed)
-
-
 class CacheEngine:
     """Block-cached reads of ``target`` (any fsspec filesystem) into ``cache_dir``.
 
     ``policy``: a system name (``chiron``, ``juicefs``, ``alluxio``, ``lru+stride``, a bare
-    eviction name like ``lru``) or a DataCacheSystem instance. ``daemon``: False = this
+    eviction name like ``lru``) or a DataCacheSystem instance. ``daemon`` (a
+    :class:`DaemonMode`, or what :meth:`DaemonMode.of` reads): False = this
     process owns the policy; True/"auto" = share the cache directory's policy daemon
     (started if missing); "connect" = it must be running. ``record(now, unit, block,
     size)`` is told every demand access (``aicache record``). ``root``: paths are reported
@@ -225,7 +216,7 @@ class CacheEngine:
                  policy: str | DataCacheSystem = "chiron", advisor: Any = None,
                  params: EngineParams | None = None,
                  record: Callable[[float, str, int, int], None] | None = None,
-                 root: str = "", daemon: bool | str = False,
+                 root: str = "", daemon: DaemonMode | bool | str = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.params = p = params or EngineParams()
         self._clock = clock
@@ -238,16 +229,17 @@ class CacheEngine:
                                 mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode,
                                 free_space_ratio=p.free_space_ratio)
         self.block_size = p.block_size
-        if daemon:
-            from aicache.datacache.daemon import DaemonPolicy
-
-            self.policy: Any = DaemonPolicy.connect(
+        self.policy: PolicyPort
+        mode = DaemonMode.of(daemon)
+        if mode is not DaemonMode.LOCAL:
+            self.policy = DaemonPolicy.connect(
                 cache_dir, cache_size, p.block_size, policy if isinstance(policy, str) else "chiron",
-                advisor, p.seed, spawn=daemon != "connect", call_timeout_s=p.daemon_timeout_s,
+                advisor, p.seed, spawn=mode is DaemonMode.SHARED, call_timeout_s=p.daemon_timeout_s,
                 reconnect_s=p.daemon_timeout_s)
         else:
-            self.policy = LocalPolicy(make_engine_system(policy, cache_size, p.block_size, advisor,
-                                                         p.seed), p.block_size)
+            self.policy = SystemDriver[BlockKey](
+                make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
+                p.block_size, capacity=self.store.capacity, overhead=HEADER_SIZE)
         self.metrics = EngineMetrics(self._snapshot)
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()
@@ -256,6 +248,8 @@ class CacheEngine:
         self._t0 = clock()
         self._lock = threading.Lock()  # inflight table, metadata
         self._inflight: dict[BlockKey, _Flight] = {}
+        #: blocks being written to the store -> whether the policy evicted them meanwhile
+        self._writing: dict[BlockKey, bool] = {}
         self._prefetch_bytes = 0
         self._prefetch_count = 0
         self._meta: dict[str, tuple[FileMeta, float]] = {}
@@ -265,6 +259,9 @@ class CacheEngine:
         self._target_since: dict[str, float] = {}
         self._bases: dict[str, int] = {}
         self._nblocks: dict[str, int] = {}
+        #: ``sync_prefetch``: prefetches queued by the current read, run before it returns
+        self._sync: list[tuple[FileMeta, int, int, BlockKey, _Flight]] | None = (
+            [] if p.sync_prefetch else None)
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, p.max_prefetch),
                                            thread_name_prefix="aicache-prefetch")
         self._io_pool: cf.ThreadPoolExecutor | None = None
@@ -287,13 +284,13 @@ class CacheEngine:
         return {k: self.metrics.value(k) for k in PERSISTED}
 
     @property
-    def system(self) -> DataCacheSystem:
+    def system(self) -> DataCacheSystem | None:
         """The policy object (in this process; a daemon client has none)."""
-        return self.policy.system  # type: ignore[no-any-return]
+        return self.policy.system if isinstance(self.policy, SystemDriver) else None
 
     @property
     def policy_name(self) -> str:
-        return str(getattr(self.policy, "name", None) or getattr(self.policy.system, "name", ""))
+        return self.policy.name
 
     # -- time / snapshot ---------------------------------------------------------------------
     def _now(self) -> float:
@@ -544,13 +541,18 @@ class CacheEngine:
 
     def read_block(self, meta: FileMeta, idx: int) -> bytes:
         """One block of ``meta`` (a demand access: told to the system, may prefetch),
-        timed into ``metrics.read_latency`` by the engine's ``clock``."""
+        timed into ``metrics.read_latency`` by the engine's ``clock``. With
+        ``sync_prefetch`` the prefetches it asked for are fetched and stored before it
+        returns, in the order the system named them."""
         clock = self._clock
         t0 = clock()
         try:
-            return self._read_block(meta, idx)
+            data = self._read_block(meta, idx)
         finally:
             self.metrics.read_latency.observe(clock() - t0)
+        if self._sync is not None:
+            self._run_sync_prefetches()
+        return data
 
     def _read_block(self, meta: FileMeta, idx: int) -> bytes:
         key = BlockKey(meta.path, meta.version, idx)
@@ -564,52 +566,46 @@ class CacheEngine:
         if data is not None:  # the hot path: a local hit
             self._local_hit(key, bid, unit, len(data))
             return data
-        local = False
-        leader = False
-        flight: _Flight | None = None
-        if not local:
-            with self._lock:
-                flight = self._inflight.get(key)
-                if flight is None:
-                    flight = _Flight(0, claimed=True)
-                    self._inflight[key] = flight
-                    leader = True
-                else:
-                    leader = flight.claim()  # a queued prefetch not started yet: take it over
-            if not leader:
-                try:
-                    data = flight.future.result()
-                except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
-                    data = None
+        with self._lock:
+            flight = self._inflight.get(key)
+            if flight is None:
+                flight = _Flight(0, claimed=True)
+                self._inflight[key] = flight
+                leader = True
+            else:
+                leader = flight.claim()  # a queued prefetch not started yet: take it over
+        if not leader:
+            try:
+                data = flight.future.result()
+            except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
+                data = None
         now = self._now()
         size = len(data) if data is not None else min(self.block_size, meta.size - idx * self.block_size)
+        source = Source.FLIGHT if data is not None else Source.REMOTE
         try:
-            acc = self.policy.access(unit, bid, key, size, local, data is not None, now)
+            acc = self.policy.read(unit, bid, key, size, source, now)
         except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
             self._policy_error(exc)
             acc = AccessResult(data is not None, (), False)
-        hit, prefetch = acc.hit, acc.prefetch
         if acc.prefetch_used:
             self.metrics.prefetch_used.inc()
         if self._record is not None:
             self._record(now, unit, bid, size)
-        if prefetch:  # before our own fetch, so that both go to the remote together
-            self._schedule(prefetch)
+        if acc.prefetch:  # before our own fetch, so that both go to the remote together
+            self._schedule(acc.prefetch)
         if data is not None:
-            if local or hit:
+            if acc.hit:
                 self.metrics.hits.inc()
                 self.metrics.hit_bytes.inc(len(data))
             else:
                 self.metrics.misses.inc()
-        else:
-            self.metrics.misses.inc()
-            if not leader:  # the prefetch we waited on failed: fetch it ourselves
-                with self._lock:
-                    flight = _Flight(0, claimed=True)
-                    self._inflight[key] = flight
-            assert flight is not None
-            data = self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
-        return data
+            return data
+        self.metrics.misses.inc()
+        if not leader:  # the prefetch we waited on failed: fetch it ourselves
+            with self._lock:
+                flight = _Flight(0, claimed=True)
+                self._inflight[key] = flight
+        return self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
 
     def claim_range_hit(self, meta: FileMeta, idx: int) -> BlockKey | None:
         """Account a demand read of block ``idx`` *before* reading it, when the store
@@ -631,13 +627,15 @@ class CacheEngine:
             base = self._bases[meta.path]
         self._local_hit(key, base + idx, self.unit_of(meta.path),
                         min(self.block_size, meta.size - idx * self.block_size))
+        if self._sync is not None:
+            self._run_sync_prefetches()
 
     def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int) -> None:
         """Tell the system about a demand read served from the store (and act on its
         prefetch answer). A policy failure is counted, never raised."""
         now = self._now()
         try:
-            acc = self.policy.access(unit, bid, key, size, True, True, now)
+            acc = self.policy.read(unit, bid, key, size, Source.STORE, now)
         except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
             self._policy_error(exc)
             acc = AccessResult(True, (), False)
@@ -670,46 +668,69 @@ class CacheEngine:
         return data
 
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool) -> None:
-        size = len(data)
+        """A fetched block: ask the policy once, then apply its answer to the store."""
         try:
-            ok = self.policy.admit(unit, bid, size, self.store.used, self._now())
+            plan = self.policy.insert(unit, bid, key, len(data), self.store.used, self._now(),
+                                      prefetched)
         except Exception as exc:  # noqa: BLE001 - the store's own order keeps the budget
             self._policy_error(exc)
-            ok = True
-        if ok is None:  # already held
-            return
-        if not ok:
-            self.metrics.rejected.inc()
+            plan = Placement(Admission.STORED)
+        evict = [v.key for v in plan.victims]
+        adm = plan.admission
+        with self._lock:
+            for v in plan.victims:
+                if v.wasted:
+                    self.metrics.prefetch_wasted.inc()
+                if v.key in self._writing:  # named while its bytes are still being written
+                    self._writing[v.key] = True
+            if adm is Admission.STORED:
+                self._writing[key] = False
+        if adm is not Admission.STORED:
+            if evict:  # DECLINED: the room was made
+                self.store.evict(evict)
+            if adm is Admission.REJECTED:
+                self.metrics.rejected.inc()
             return
         try:
-            stored = self.store.put(key, data, victim=self._victim)
+            put = self._put(key, data, evict)
         except StoreFull as exc:
             self.metrics.enospc.inc()
             if not self._enospc_warned:
                 self._enospc_warned = True
                 log.warning("aicache: cache disk full (%s); serving reads uncached", exc)
+            self._lost(bid, key)
             return
         except OSError as exc:
             log.warning("aicache: could not store a block of %s: %s", key.path, exc)
+            self._lost(bid, key)
             return
-        if not stored:
+        for k in put.dropped:  # the store's own oldest-first order, past the policy's victims
+            b = self._bases.get(k.path)
+            if b is not None:
+                self._lost(b + k.index, k)
+        if not put.stored:
             self.metrics.rejected.inc()
-            return
+            self._lost(bid, key)
+
+    def _put(self, key: BlockKey, data: bytes, evict: Sequence[BlockKey]) -> Put:
+        """Store a block the policy holds now. The policy may name it as a victim of
+        another insert before its bytes land (prefetch threads insert concurrently); it is
+        then evicted as soon as it is written, so the store ends with the policy's set."""
         try:
-            self.policy.inserted(unit, bid, key, size, self._now(), prefetched)
+            put = self.store.put_evicting(key, data, evict)
+        finally:
+            with self._lock:
+                late = self._writing.pop(key, False)
+        if late:
+            self.store.evict([key])
+        return put
+
+    def _lost(self, bid: int, key: BlockKey) -> None:
+        """Tell the policy that ``key`` is not (or no longer) in the store."""
+        try:
+            self.policy.forget(bid, key)
         except Exception as exc:  # noqa: BLE001
             self._policy_error(exc)
-
-    def _victim(self) -> BlockKey | None:
-        """Called by the store under its lock while a block does not fit."""
-        try:
-            key, wasted = self.policy.victim(self._now())
-        except Exception as exc:  # noqa: BLE001 - None: the store evicts its oldest block
-            self._policy_error(exc)
-            return None
-        if wasted:
-            self.metrics.prefetch_wasted.inc()
-        return key
 
     def _policy_error(self, exc: Exception) -> None:
         self.metrics.policy_errors.inc()
@@ -792,18 +813,28 @@ class CacheEngine:
                 nbytes = min(self.block_size, meta.size - idx * self.block_size)
                 if (self._prefetch_count >= 2 * p.max_prefetch
                         or self._prefetch_bytes + nbytes > p.max_prefetch_bytes):
-                    self.metrics.prefetch_dropped.inc()
-                    return
+                    self.metrics.prefetch_dropped.inc()  # each one, as the simulator counts
+                    continue
                 flight = _Flight(nbytes, claimed=False)
                 self._inflight[key] = flight
                 self._prefetch_count += 1
                 self._prefetch_bytes += nbytes
             self.metrics.prefetch_issued.inc()
+            if self._sync is not None:
+                self._sync.append((meta, idx, bid, key, flight))
+                continue
             try:
                 self._pool.submit(self._prefetch_one, meta, idx, bid, key, flight)
             except RuntimeError:  # pool shut down
                 self._release_prefetch(key, flight)
                 return
+
+    def _run_sync_prefetches(self) -> None:
+        """``sync_prefetch``: fetch and store the queued prefetches now, in order."""
+        q = self._sync
+        assert q is not None
+        while q:
+            self._prefetch_one(*q.pop(0))
 
     def _release_prefetch(self, key: BlockKey, flight: _Flight) -> None:
         """Give up a scheduled prefetch that will not run (pool shut down)."""

@@ -1,12 +1,28 @@
-"""The policy side of a cache engine, separable from the bytes: the block map and the
-DataCacheSystem with the bookkeeping that drives it.
+"""The one driver of a data-cache system, shared by the simulator and the real engine.
 
-:class:`LocalPolicy` lives in the engine's process (a FUSE mount, a single-process fsspec
-user). :class:`aicache.datacache.daemon.DaemonPolicy` has the same methods but forwards
-them to a local daemon that holds one ``LocalPolicy`` for the whole cache directory, so
-every process reading it (DataLoader workers) feeds one access stream and one budget
-(ARCHITECTURE.md, "One controller per cache unit, whatever the number of reader
-processes"). The engine cannot tell them apart.
+A :class:`~aicache.adaptive.system.DataCacheSystem` decides (what to prefetch, whether to
+admit, what to evict); a :class:`SystemDriver` is the only caller of its ``on_*`` methods
+and keeps the bookkeeping every driver needs, once:
+
+* the *resident set* (block → the bytes it costs in the budget) and each block's key;
+* the *unread-prefetch ledger* (:class:`PrefetchLedger`): a prefetched block read before it
+  is evicted is *used*, one evicted unread is *wasted*; the system hears both;
+* "evict until it fits": :meth:`SystemDriver.place` asks the system for victims while the
+  block does not fit, and returns what to drop — the caller (the simulator's dict, the
+  engine's store) removes exactly those, and never calls back up;
+* the *block map* (:class:`BlockMap`): stable file → block ids.
+
+The simulator calls :meth:`SystemDriver.access` / :meth:`SystemDriver.place` (single
+thread, no lock, no result object per read); the engine goes through the
+:class:`PolicyPort` methods (:meth:`~SystemDriver.read`, :meth:`~SystemDriver.insert`,
+:meth:`~SystemDriver.forget`), which lock and return small typed results.
+:class:`aicache.datacache.daemon.DaemonPolicy` implements the same port by forwarding it to
+the cache directory's daemon, which holds one ``SystemDriver`` for every process reading
+the directory. The engine cannot tell them apart.
+
+Invariant (``tests/test_datacache_system_contract.py``, every registered system): after
+every event the driver's resident set equals the set of blocks the system holds, and a
+single engine's store holds exactly the driver's resident blocks.
 
 Block map (stable file → block ids): files of one directory, sorted by path, get
 consecutive ranges of ``ceil(size / block_size)`` ids (at least one) when the directory is
@@ -22,12 +38,105 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Generic, Protocol, TypeVar
 
 from aicache.adaptive.system import DataCacheSystem
+from aicache.adaptive.systems import make_system
 from aicache.datacache.store import BlockKey
 
+K = TypeVar("K")
 _NONE: tuple[int, ...] = ()
+
+
+class Admission(Enum):
+    """What :meth:`SystemDriver.place` decided for a fetched block."""
+
+    #: resident now: store it (after dropping the victims)
+    STORED = "stored"
+    #: not stored, nothing evicted for it (the system's admission, or larger than the budget)
+    REJECTED = "rejected"
+    #: the system made room (victims) and then declined it (S3-FIFO's late refusal)
+    DECLINED = "declined"
+    #: already resident: nothing to do
+    HELD = "held"
+
+
+class Source(Enum):
+    """Where the bytes of a demand read came from, as the engine saw them."""
+
+    #: a block in the local store (adopted if the system does not hold it yet)
+    STORE = "store"
+    #: a fetch in flight (a prefetch, another reader's miss) that the read waited on
+    FLIGHT = "flight"
+    #: nothing in hand: the read fetches (a block the system holds but the store lost is
+    #: forgotten first)
+    REMOTE = "remote"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim(Generic[K]):
+    """A block the system gave up to make room; ``wasted``: a prefetch never read."""
+
+    block: int
+    key: K
+    wasted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Placement(Generic[K]):
+    """The answer to one fetched block: the admission and the blocks to drop first (also
+    for ``DECLINED``: the room was made)."""
+
+    admission: Admission
+    victims: Sequence[Victim[K]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AccessResult:
+    """The answer to one demand read: whether the system held the block, what it wants
+    prefetched (may name resident blocks), and whether the read used an unread prefetch."""
+
+    hit: bool
+    prefetch: Sequence[int]
+    prefetch_used: bool
+
+
+class PrefetchLedger:
+    """Prefetched blocks that are stored and not read yet.
+
+    One implementation of used/wasted prefetch accounting: :meth:`read` says a demand read
+    used a prefetch, :meth:`evicted` that an eviction wasted one, :meth:`forget` drops a
+    block that left for another reason (neither used nor wasted)."""
+
+    __slots__ = ("_unread",)
+
+    def __init__(self) -> None:
+        self._unread: set[int] = set()
+
+    def stored(self, block: int) -> None:
+        self._unread.add(block)
+
+    def read(self, block: int) -> bool:
+        """A demand read of ``block``: True when it was an unread prefetch (now used)."""
+        u = self._unread
+        if block in u:
+            u.discard(block)
+            return True
+        return False
+
+    def evicted(self, block: int) -> bool:
+        """``block`` was evicted: True when it was never read (a wasted prefetch)."""
+        return self.read(block)
+
+    def forget(self, block: int) -> None:
+        self._unread.discard(block)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._unread
+
+    def __len__(self) -> int:
+        return len(self._unread)
 
 
 class BlockMap:
@@ -93,31 +202,125 @@ class BlockMap:
         return path, idx
 
 
-@dataclass(slots=True)
-class AccessResult:
-    hit: bool
-    prefetch: Sequence[int]
-    prefetch_used: bool
+class PolicyPort(Protocol):
+    """What the engine asks of its policy, once per event: a :class:`SystemDriver` in this
+    process or a :class:`~aicache.datacache.daemon.DaemonPolicy` forwarding to the daemon."""
+
+    @property
+    def name(self) -> str: ...
+
+    def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]: ...
+
+    def locate(self, bid: int) -> tuple[str, int] | None: ...
+
+    def read(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
+             now: float) -> AccessResult: ...
+
+    def is_resident(self, bid: int) -> bool: ...
+
+    def insert(self, unit: str, bid: int, key: BlockKey, size: int, used: int, now: float,
+               prefetched: bool) -> Placement[BlockKey]: ...
+
+    def forget(self, bid: int, key: BlockKey) -> None: ...
+
+    def stats(self) -> dict[str, object]: ...
+
+    def close(self) -> None: ...
 
 
-class LocalPolicy:
-    """A DataCacheSystem plus the set of blocks it holds, under one lock.
+class SystemDriver(Generic[K]):
+    """A DataCacheSystem plus the state every driver of one keeps (see module docstring).
 
-    Invariant: ``resident`` = the blocks the system holds (told via on_insert, forgotten
-    via victim/on_remove). The store is the truth about bytes; blocks found on disk that
-    the system does not hold (stored by an earlier run or another process) are *adopted*
-    on their first read, and blocks the system holds but the disk lost are removed.
+    ``capacity``: the budget in bytes (the system's own capacity when None); ``overhead``:
+    what each stored block costs beyond its payload (a real store's header), so that the
+    driver's arithmetic is the store's. ``resident`` maps a block to that cost; ``used``
+    is their sum.
     """
 
-    def __init__(self, system: DataCacheSystem, block_size: int) -> None:
+    def __init__(self, system: DataCacheSystem, block_size: int, *, capacity: int | None = None,
+                 overhead: int = 0) -> None:
         self.system = system
         self.map = BlockMap(block_size)
-        self._lock = threading.Lock()
-        self.resident: set[int] = set()
-        self.keys: dict[int, BlockKey] = {}
-        self.prefetched: set[int] = set()
+        self.capacity = int(capacity if capacity is not None else getattr(system, "capacity", 0))
+        self.overhead = overhead
+        self.resident: dict[int, int] = {}
+        self.keys: dict[int, K] = {}
+        self.used = 0
+        self.ledger = PrefetchLedger()
+        self.evictions = 0
+        self.prefetch_used = 0
+        self._lock = threading.RLock()
+        self._ticks = getattr(type(system).tick, "__code__", None) is not DataCacheSystem.tick.__code__
 
-    # block map
+    @property
+    def name(self) -> str:
+        return str(self.system.name)
+
+    # -- the core (the simulator calls these directly: one thread, no lock) ----------------
+    def tick(self, now: float) -> None:
+        if self._ticks:
+            self.system.tick(now)
+
+    def access(self, unit: str, bid: int, size: int, hit: bool, now: float) -> Sequence[int]:
+        """A demand read; ``hit`` means the block is resident. Returns the blocks the
+        system wants prefetched."""
+        system = self.system
+        if hit and self.ledger.read(bid):
+            self.prefetch_used += 1
+            system.on_prefetch_used(bid, now)
+        return system.on_access(unit, bid, size, hit, now) or _NONE
+
+    def place(self, unit: str, bid: int, key: K, size: int, used: int, now: float,
+              prefetched: bool, victims: list[Victim[K]] | None = None) -> Admission:
+        """A fetched block arrived: admit, make room, insert. ``used``: bytes the budget
+        holds now as the caller sees it (a shared store's count, which includes other
+        writers' blocks); the driver never counts less than its own resident bytes.
+        Victims are appended to ``victims`` when given (the caller drops them)."""
+        res = self.resident
+        if bid in res:
+            return Admission.HELD
+        if used < self.used:
+            used = self.used
+        system = self.system
+        cost = size + self.overhead
+        cap = self.capacity
+        if cost > cap or not system.admit(unit, bid, size, used, now):
+            return Admission.REJECTED
+        while used + cost > cap and res:
+            v = system.victim(now)
+            c = res.pop(v, None)
+            if c is None:  # a block the system named twice: it forgot it already
+                continue
+            used -= c
+            self.used -= c
+            self.evictions += 1
+            k = self.keys.pop(v)
+            wasted = self.ledger.evicted(v)
+            if wasted:
+                system.on_prefetch_wasted(v, now)
+            if victims is not None:
+                victims.append(Victim(v, k, wasted))
+        if system.on_insert(unit, bid, size, now, prefetched) is False:
+            return Admission.DECLINED
+        res[bid] = cost
+        self.keys[bid] = key
+        self.used += cost
+        if prefetched:
+            self.ledger.stored(bid)
+        return Admission.STORED
+
+    def drop(self, bid: int) -> None:
+        """The caller lost ``bid`` (corrupt, evicted by another writer, a failed store):
+        the system forgets it without choosing."""
+        c = self.resident.pop(bid, None)
+        if c is None:
+            return
+        self.used -= c
+        self.keys.pop(bid, None)
+        self.ledger.forget(bid)
+        self.system.on_remove(bid)
+
+    # -- the port (the engine, the daemon: locked, typed results) ---------------------------
     def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
         return self.map.register(files)
 
@@ -127,70 +330,46 @@ class LocalPolicy:
     def locate(self, bid: int) -> tuple[str, int] | None:
         return self.map.locate(bid)
 
-    # the driver protocol
-    def access(self, unit: str, bid: int, key: BlockKey, size: int, local: bool, got: bool,
-               now: float) -> AccessResult:
-        """A demand read. ``local``: served from the store; ``got``: bytes in hand (from
-        the store or a fetch we waited on)."""
-        with self._lock:
-            res = self.resident
-            if local and bid not in res:
-                self.system.on_insert(unit, bid, size, now, False)
-                res.add(bid)
-                self.keys[bid] = key
-            elif not got and bid in res:
-                res.discard(bid)
-                self.keys.pop(bid, None)
-                self.prefetched.discard(bid)
-                self.system.on_remove(bid)
-            hit = got and bid in res
-            used = hit and bid in self.prefetched
-            if used:
-                self.prefetched.discard(bid)
-            prefetch = self.system.on_access(unit, bid, size, hit, now)
-            self.system.tick(now)
-        return AccessResult(hit, prefetch or _NONE, used)
-
     def is_resident(self, bid: int) -> bool:
         return bid in self.resident
 
-    def admit(self, unit: str, bid: int, size: int, used: int, now: float) -> bool | None:
-        """None when already held (nothing to do), else the system's admission."""
+    def read(self, unit: str, bid: int, key: K, size: int, source: Source,
+             now: float) -> AccessResult:
+        """A demand read through the engine: reconcile with what the store showed (adopt a
+        stored block the system does not hold, forget one the store lost), then
+        :meth:`tick` and :meth:`access`."""
         with self._lock:
-            if bid in self.resident:
-                return None
-            return bool(self.system.admit(unit, bid, size, used, now))
+            res = self.resident
+            if source is Source.STORE:
+                if bid not in res and self.system.on_insert(unit, bid, size, now, False) is not False:
+                    cost = size + self.overhead
+                    res[bid] = cost
+                    self.keys[bid] = key
+                    self.used += cost
+            elif source is Source.REMOTE and bid in res:
+                self.drop(bid)
+            hit = bid in res
+            before = self.prefetch_used
+            self.tick(now)
+            prefetch = self.access(unit, bid, size, hit, now)
+            return AccessResult(hit, prefetch, self.prefetch_used != before)
 
-    def inserted(self, unit: str, bid: int, key: BlockKey, size: int, now: float,
-                 prefetched: bool) -> None:
+    def insert(self, unit: str, bid: int, key: K, size: int, used: int, now: float,
+               prefetched: bool) -> Placement[K]:
         with self._lock:
-            if bid in self.resident:
-                return
-            self.system.on_insert(unit, bid, size, now, prefetched)
-            self.resident.add(bid)
-            self.keys[bid] = key
-            if prefetched:
-                self.prefetched.add(bid)
+            victims: list[Victim[K]] = []
+            adm = self.place(unit, bid, key, size, used, now, prefetched, victims)
+            return Placement(adm, victims)
 
-    def victim(self, now: float) -> tuple[BlockKey | None, bool]:
-        """(key of the block the system gives up, whether it was an unread prefetch)."""
+    def forget(self, bid: int, key: K) -> None:
+        """The store dropped ``key`` (block ``bid``) on its own: forget it if it is ours."""
         with self._lock:
-            while self.resident:
-                try:
-                    v = self.system.victim(now)
-                except Exception:  # noqa: BLE001 - a policy that lost track: store falls back
-                    return None, False
-                self.resident.discard(v)
-                wasted = v in self.prefetched
-                self.prefetched.discard(v)
-                k = self.keys.pop(v, None)
-                if k is not None:
-                    return k, wasted
-            return None, False
+            if self.keys.get(bid) == key:
+                self.drop(bid)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         try:
-            s = dict(self.system.stats())
+            s: dict[str, object] = dict(self.system.stats())
         except Exception:  # noqa: BLE001 - metrics must survive a system's bug
             s = {}
         s["resident_blocks"] = len(self.resident)
@@ -203,3 +382,16 @@ class LocalPolicy:
 
     def close(self) -> None:
         self.system.close()
+
+
+def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
+                       advisor: object = None, seed: int = 0) -> DataCacheSystem:
+    """A system for a real engine, by name (:func:`~aicache.adaptive.systems.make_system`:
+    chiron, juicefs, ``lru+stride``, a bare eviction name…) or as given. Chiron's advisor
+    runs on its own thread in a real engine (never on the read path)."""
+    if isinstance(policy, DataCacheSystem):
+        return policy
+    extra = {"runner": "thread"} if policy == "chiron" else {}
+    return make_system(policy, capacity, block_size,
+                       advisor=advisor if advisor is not None else "statistical", seed=seed,
+                       **extra)

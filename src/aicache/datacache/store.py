@@ -107,7 +107,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +164,15 @@ DEFAULT_VERIFY = "stat"
 DEFAULT_RACY_WINDOW_S = 2.0
 #: bound on the ``stat`` memo (entries are ~200 bytes; evicted oldest-first)
 VERIFIED_MEMO_MAX = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """What :meth:`BlockStore.put_evicting` did: whether the block is stored, and the
+    blocks it dropped on its own (oldest first) beyond the victims it was given."""
+
+    stored: bool
+    dropped: Sequence[BlockKey] = ()
 
 
 class StoreFull(OSError):
@@ -671,32 +680,42 @@ class BlockStore:
         return fn is not None and fn(data) == checksum
 
     # -- writes ---------------------------------------------------------------------------
-    def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
-            ) -> bool:
-        """Store ``data`` under ``key`` within the budget. Returns False if it cannot fit.
+    def put(self, key: BlockKey, data: bytes) -> bool:
+        """:meth:`put_evicting` with no victims named: whether ``data`` is stored."""
+        return self.put_evicting(key, data, ()).stored
 
-        While the block (and the temp files other writers reserved) does not fit,
-        ``victim()`` (the engine's policy) names a block to drop; when it returns None (or
-        names nothing stored), the oldest block in the index goes (FIFO across processes,
-        so the budget holds even for blocks no policy in this process knows). The bytes
-        are reserved before the temp file is written, so temp files count in the budget.
-        Raises :class:`StoreFull` on ENOSPC; nothing partial stays behind.
+    def put_evicting(self, key: BlockKey, data: bytes, evict: Sequence[BlockKey]) -> Put:
+        """Store ``data`` under ``key`` within the budget, dropping ``evict`` first.
+
+        ``evict`` is the policy's choice of victims (the engine asks it before calling:
+        the store never calls back up). While the block (and the temp files other writers
+        reserved) still does not fit, the oldest block in the index goes (FIFO across
+        processes, so the budget holds even for blocks no policy in this process knows);
+        those are returned in :attr:`Put.dropped`. The bytes are reserved before the temp
+        file is written, so temp files count in the budget. Raises :class:`StoreFull` on
+        ENOSPC; nothing partial stays behind.
         """
         size = len(data) + HEADER_SIZE
         if size > self.capacity:
-            return False
+            return Put(False)
         digest = key.digest(self.block_size)
         tmp = self._tmp_name()
         name = os.path.basename(tmp)
+        dropped: list[BlockKey] = []
         try:
             with self._locked():
+                for k in evict:
+                    self._evict_locked(k.digest(self.block_size))
                 if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
-                    return True  # another thread/process stored it meanwhile
+                    return Put(True)  # another thread/process stored it meanwhile
                 used = self._sum_used()
                 while used + size > self.capacity:
-                    freed = self._evict_one_locked(victim)
+                    row = self._db.execute(
+                        "SELECT key, path, version, idx FROM blocks ORDER BY seq LIMIT 1").fetchone()
+                    freed = 0 if row is None else self._evict_locked(row[0])
                     if freed == 0:
-                        return False
+                        return Put(False, dropped)
+                    dropped.append(BlockKey(row[1], row[2], int(row[3])))
                     used -= freed
                 self._db.execute("INSERT INTO reserved VALUES(?, ?)", (name, size))
                 self._used = used + size
@@ -716,7 +735,7 @@ class BlockStore:
                     if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
                         self._db.execute("COMMIT")
                         self._used -= size
-                        return True
+                        return Put(True, dropped)
                     self._db.execute(
                         "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
                         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
@@ -732,7 +751,7 @@ class BlockStore:
                     if isinstance(exc, sqlite3.Error):
                         raise _as_oserror(exc) from exc
                     raise
-                return True
+                return Put(True, dropped)
         finally:
             if tmp:
                 _unlink(tmp)
@@ -783,21 +802,20 @@ class BlockStore:
                 raise StoreFull(exc.errno, f"cache disk full writing a block: {exc.strerror}") from exc
             raise
 
-    def _evict_one_locked(self, victim: Callable[[], BlockKey | None] | None) -> int:
-        """Drop one block (policy's choice first, else the oldest); bytes freed, 0 if empty."""
-        freed = 0
-        for _ in range(64):  # a policy may name blocks another process already dropped
-            k = victim() if victim is not None else None
-            if k is None:
-                break
-            freed = self._remove_locked(k.digest(self.block_size))
-            if freed:
-                break
-        if not freed:
-            row = self._db.execute("SELECT key FROM blocks ORDER BY seq LIMIT 1").fetchone()
-            if row is None:
-                return 0
-            freed = self._remove_locked(row[0])
+    def evict(self, keys: Sequence[BlockKey]) -> None:
+        """Drop ``keys`` (a policy's victims) where stored, each counted as an eviction."""
+        if not keys:
+            return
+        try:
+            with self._locked():
+                for k in keys:
+                    self._evict_locked(k.digest(self.block_size))
+        except sqlite3.Error as exc:
+            raise _as_oserror(exc) from exc
+
+    def _evict_locked(self, digest: str) -> int:
+        """Evict one block; bytes freed (0: not stored, e.g. another process dropped it)."""
+        freed = self._remove_locked(digest)
         if freed and self.on_evict is not None:
             self.on_evict()
         return freed
@@ -1079,9 +1097,11 @@ class UncachedStore(BlockStore):
     def contains(self, key: BlockKey) -> bool:
         return False
 
-    def put(self, key: BlockKey, data: bytes, victim: Callable[[], BlockKey | None] | None = None
-            ) -> bool:
-        return False
+    def put_evicting(self, key: BlockKey, data: bytes, evict: Sequence[BlockKey]) -> Put:
+        return Put(False)
+
+    def evict(self, keys: Sequence[BlockKey]) -> None:
+        pass
 
     def remove(self, key: BlockKey) -> bool:
         return False

@@ -525,9 +525,9 @@ def _policy_owner(system: str, params: JobParams, ds: JobDataset, cache_dir: str
         yield None
         return
     from aicache.datacache.daemon import PolicyDaemon
-    from aicache.datacache.policy import LocalPolicy
+    from aicache.datacache.policy import SystemDriver
 
-    daemon = PolicyDaemon(cache_dir, LocalPolicy(make_job_system(system, params, ds), ds.block_size))
+    daemon = PolicyDaemon(cache_dir, SystemDriver(make_job_system(system, params, ds), ds.block_size))
     daemon.start_thread()
     try:
         yield daemon

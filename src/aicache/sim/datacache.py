@@ -9,7 +9,8 @@ Cost model (every system gets exactly the same one):
   workers finish a phase before the next starts (a barrier). JCT = the last finish time.
 * **Hit** — ``hit_ms``.
 * **Miss** — ``miss_ms + size / remote_bw`` (request latency plus transfer); the block is
-  stored (if the system admits it) when it *arrives*, not when it is requested.
+  stored (if the system admits it) when it *arrives*, not when it is requested; fetches
+  that arrive before the job ends (its last read finishes) are stored too.
 * **Prefetch** — runs on at most ``prefetch_slots`` concurrent remote fetches, each costing
   what a miss costs; a prefetch starts when a slot frees up. At most ``prefetch_inflight``
   prefetched blocks may be queued or in flight; further requests are dropped (counted).
@@ -38,6 +39,8 @@ from typing import Any
 import numpy as np
 
 from aicache.adaptive.system import DataCacheSystem
+from aicache.adaptive.systems import make_system
+from aicache.datacache.policy import Admission, SystemDriver
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
@@ -296,18 +299,20 @@ def simulate_datacache(
     scale: float = 1.0,
     system_params: dict[str, Any] | None = None,
     grader: ChironGrader | None = None,
+    block_overhead: int = 0,
 ) -> DataCacheResult:
     """Replay ``workload`` through ``system`` with a cache of ``cache_size`` bytes.
 
     ``workload``: a :class:`BlockWorkload`, a block-trace path (8 loader workers), or a
     workload name (generated at ``scale``).
     ``system``: a name for :func:`~aicache.adaptive.systems.make_system` or an instance.
+    ``block_overhead``: bytes each stored block costs beyond its payload in the budget
+    (0; a real store's header size models the engine's store exactly).
     ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the
     workload's seed budget.
     ``grader``: the observer that grades a Chiron run against the phase labels (a fresh
     one when None; its grades are in the result either way, see :mod:`aicache.sim.grading`).
     """
-    from aicache.adaptive.systems import make_system
     from aicache.units import parse_size
 
     if isinstance(workload, str):
@@ -339,19 +344,21 @@ def simulate_datacache(
         sysobj, sysname = system, getattr(system, "name", type(system).__name__)
     grader = grader or ChironGrader()
     try:
-        return _run(wl, sysobj, sysname, capacity, cm, grader if grader.attach(sysobj) else None)
+        return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead),
+                    sysname, capacity, cm, grader if grader.attach(sysobj) else None)
     finally:
         sysobj.close()
 
 
-def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int,
+def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: int,
          cm: CostModel, grader: ChironGrader | None = None) -> DataCacheResult:
     """The replay loop. Hot path (one iteration per read): every lookup is a bound local,
     the trace is converted to Python lists one chunk at a time (no per-read objects besides
     the floats the clock needs), the worker pool is a heap updated in place with
     ``heapreplace``, arrivals are drained inline, and ``tick`` is skipped for systems that
     do not override it. Same event order as the straightforward loop, so results are
-    identical to the byte."""
+    identical to the byte. ``driver`` owns the resident set, the budget and the unread
+    prefetches; the loop owns time, flights and the fetch budget."""
     hit_s = cm.hit_ms / 1000.0
     miss_s = cm.miss_ms / 1000.0
     bw = float(cm.remote_bw)
@@ -361,57 +368,39 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
     bunit_of = wl.block_unit_of
     dense = isinstance(bsize_of, list)
     nblocks = len(bsize_of)
+    system = driver.system
 
-    store: dict[int, int] = {}  # resident block -> bytes
-    used = 0
+    store = driver.resident  # resident block -> bytes it costs
     inflight: dict[int, tuple[float, bool, float]] = {}  # block -> (arrival, is_prefetch, start)
     arrivals: list[tuple[float, int, int]] = []  # (arrival, seq, block)
     seq = 0
     pslots = [0.0] * cm.prefetch_slots
     pf_pending = 0
-    unread: set[int] = set()  # prefetched, resident or in flight, not read yet
 
-    hits = late = prefetched = pf_used = dropped = evictions = rejected = 0
+    hits = late = prefetched = dropped = rejected = 0
     remote = 0
     io_wait = 0.0
-    on_access = system.on_access
-    admit = system.admit
-    victim = system.victim
-    on_insert = system.on_insert
+    on_access = driver.access
+    place = driver.place
+    REJECTED = Admission.REJECTED
     tick = system.tick
     if getattr(tick, "__func__", None) is DataCacheSystem.tick:
         tick = None  # the base class's no-op: skip a call per read
     observe = grader.observe_label if grader is not None else None
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-    store_pop = store.pop
-    unread_discard = unread.discard
-    unread_add = unread.add
     inflight_get = inflight.get
     bsize_get = None if dense else bsize_of.get  # type: ignore[union-attr]
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
-        nonlocal used, evictions, rejected, pf_pending
+        nonlocal rejected, pf_pending
         del inflight[block]
         if is_pf:
             pf_pending -= 1
         if block in store:
             return
-        size = bsize_of[block]
-        uname = units[bunit_of[block]]
-        if size > capacity or not admit(uname, block, size, used, t):
+        if place(units[bunit_of[block]], block, block, bsize_of[block], driver.used, t,
+                 is_pf) is REJECTED:
             rejected += 1
-            unread_discard(block)
-            return
-        while used + size > capacity:
-            v = victim(t)
-            used -= store_pop(v)
-            evictions += 1
-            unread_discard(v)
-        store[block] = size
-        used += size
-        if on_insert(uname, block, size, t, is_pf) is False:
-            used -= store_pop(block)
-            unread_discard(block)
 
     phases: list[PhaseResult] = []
     clock = 0.0
@@ -467,16 +456,12 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
                             # for the queue; it fetches on demand (the queued fetch is wasted)
                             del inflight[b]
                             pf_pending -= 1
-                            unread_discard(b)
                         resident = False
                         lat = miss_s + size / bw
                         remote += size
                         inflight[b] = (now + lat, False, now)
                         seq += 1
                         heappush(arrivals, (now + lat, seq, b))
-                if b in unread:
-                    unread_discard(b)
-                    pf_used += 1
                 # the system sees residency (a read joining a demand fetch uses the stored block)
                 pf = on_access(uname, b, size, resident, now)
                 if pf:
@@ -505,17 +490,24 @@ def _run(wl: BlockWorkload, system: DataCacheSystem, sysname: str, capacity: int
                         pf_pending += 1
                         prefetched += 1
                         remote += psize
-                        unread_add(p)
                 io_wait += lat
                 heapreplace(workers, now + lat + cpt)
         end = max(workers) if workers else clock
         n = seg.end - seg.start
         phases.append(PhaseResult(seg.name, seg.pattern, n, seg_hits / n if n else 0.0, end - clock))
         clock = end
+    # fetches that complete before the job ends are stored, as the engine stores them
+    while arrivals and arrivals[0][0] <= clock:
+        at, _, ab = heappop(arrivals)
+        fl = inflight_get(ab)
+        if fl is not None and fl[0] == at:
+            arrive(ab, at, fl[1])
     st = system.stats()
     if grader is not None:
         st.update(grader.stats())
     n = len(wl)
+    pf_used = driver.prefetch_used
+    evictions = driver.evictions
     calls = int(st.get("advisor_calls", 0))
     return DataCacheResult(
         system=sysname, workload=wl.name, cache_size_bytes=capacity, requests=n,
