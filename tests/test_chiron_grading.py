@@ -17,6 +17,7 @@ import pytest
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
 from aicache.adaptive.controller import ChironParams, ChironSystem
 from aicache.adaptive.observer import ChironObserver, DecisionLog, Judgement
+from aicache.datacache.policy import SystemDriver
 from aicache.sim.datacache import _run, CostModel, load_workload, simulate_datacache
 from aicache.sim.grading import ChironGrader
 
@@ -111,7 +112,8 @@ def test_observers_never_change_a_decision() -> None:
             grader = ChironGrader()
             grader.attach(sys)
             sys.add_observer(DecisionLog())
-        d = _run(wl, sys, "chiron", cap, CostModel(), grader).to_dict()
+        d = _run(wl, SystemDriver(sys, 4 << 20, capacity=cap), "chiron", cap, CostModel(),
+                 grader).to_dict()
         sys.close()
         return d
 
