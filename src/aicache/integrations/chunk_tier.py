@@ -1,0 +1,239 @@
+"""Engine-neutral pieces of aicache's SSD tier inside a serving engine.
+
+Both engine adapters (vLLM's secondary offloading tier, SGLang's HiCache storage backend)
+see the same thing: fixed-size KV chunks named by a chained hash, offered for storage
+when the engine's host tier holds them and asked for when the engine misses them. They
+share two pieces:
+
+* :class:`AdmissionGate` — SARIA's E/R admission from the evidence such calls carry. A
+  chunk offered again after its first offer left the engine's memory and was recomputed
+  (an eviction boundary: ``E_b += 1``); a request asking for a chunk the gate knows reused
+  it (``R_b += 1``). A chunk is *known* once it has been offered: as in the simulator's
+  index, reuse is counted only for chunks it has metadata for, so a brand-new chunk's
+  first lookup does not count, and its first offer is never taken for an eviction.
+  With prewrite (SARIA's default) an offer is admitted when ``E_b + 1 ≥ θ_E`` or
+  ``R_b ≥ θ_R`` (the eviction it is about to face would qualify it); without prewrite when
+  ``admit(E_b, R_b)`` already holds. ``full-duplicate`` admits every offer.
+* :class:`SlabChunkStore` — chunks on a :class:`~aicache.kvstore.store.TieredKVStore` with
+  no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
+  recovery by header scan, an SSD LRU within the byte budget. Each chunk is one block
+  directly under its namespace's root (the engine's keys are already chained, so a chunk
+  needs no parent to be found again, and recovery keeps every chunk).
+
+Neither piece is thread-safe: an adapter calls them from one thread or under one lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from aicache.errors import BadInput
+from aicache.kv.models import ModelSpec
+from aicache.kv.radix import RadixNode, Tier
+from aicache.kv.saria import AdmissionRule, KVIndexParams
+from aicache.kvstore.ssd import lifetime_days
+from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
+
+_SSD = int(Tier.SSD)
+StoreKey = tuple[str, bytes]  #: (namespace, ≤ 32-byte chunk hash): how the store names a chunk
+
+
+def digest32(key: bytes) -> bytes:
+    """A chunk hash the slab header can hold (≤ 32 bytes): longer ones are hashed."""
+    return key if len(key) <= 32 else hashlib.blake2b(key, digest_size=32).digest()
+
+
+@dataclass(slots=True)
+class Evidence:
+    """SARIA's counters for a chunk the gate knows (held or not)."""
+
+    E: int = 0
+    R: int = 0
+
+
+@dataclass(slots=True)
+class GateCounters:
+    offers: int = 0
+    admitted: int = 0
+    declined: int = 0
+    references: int = 0  #: reuses counted (known chunks asked for)
+
+
+class AdmissionGate:
+    """SARIA's E/R decision from offers and references (module docstring).
+
+    Counters are kept for at most ``capacity`` chunks, least recently seen forgotten
+    first (the simulator's metadata reclaim); a forgotten chunk's next offer is a first
+    offer again.
+    """
+
+    __slots__ = ("rule", "prewrite", "capacity", "_ev", "c")
+
+    def __init__(self, rule: AdmissionRule, prewrite: bool, capacity: int) -> None:
+        if capacity < 1:
+            raise BadInput(f"metadata_entries {capacity}: keep counters for at least one chunk")
+        self.rule = rule
+        self.prewrite = prewrite
+        self.capacity = capacity
+        self._ev: OrderedDict[StoreKey, Evidence] = OrderedDict()
+        self.c = GateCounters()
+
+    def knows(self, sk: StoreKey) -> bool:
+        return sk in self._ev
+
+    def evidence(self, sk: StoreKey) -> Evidence | None:
+        return self._ev.get(sk)
+
+    def learn(self, sk: StoreKey) -> None:
+        """Know ``sk`` without an offer (a chunk recovered from the SSD)."""
+        if sk not in self._ev:
+            self._ev[sk] = Evidence()
+            while len(self._ev) > self.capacity:
+                self._ev.popitem(last=False)
+
+    def reference(self, sk: StoreKey) -> bool:
+        """A request asked for ``sk``: count a reuse if the chunk is known (returns so)."""
+        ev = self._ev.get(sk)
+        if ev is None:
+            return False
+        ev.R += 1
+        self._ev.move_to_end(sk)
+        self.c.references += 1
+        return True
+
+    def offer(self, sk: StoreKey) -> bool:
+        """The engine offers ``sk`` for storage: persist it? A repeated offer counts the
+        eviction it implies first."""
+        ev = self._ev.get(sk)
+        if ev is None:
+            ev = self._ev[sk] = Evidence()
+            while len(self._ev) > self.capacity:
+                self._ev.popitem(last=False)
+        else:
+            ev.E += 1
+            self._ev.move_to_end(sk)
+        rule = self.rule
+        ok = rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+        self.c.offers += 1
+        if ok:
+            self.c.admitted += 1
+        else:
+            self.c.declined += 1
+        return ok
+
+
+@dataclass(slots=True)
+class WriteOutcome:
+    """What :meth:`SlabChunkStore.write` did: chunks now held, chunks whose write failed
+    (not held), and chunks the SSD LRU dropped to make room (no longer held)."""
+
+    ok: list[StoreKey] = field(default_factory=list)
+    failed: list[StoreKey] = field(default_factory=list)
+    dropped: list[StoreKey] = field(default_factory=list)
+
+
+class SlabChunkStore:
+    """Fixed-size chunks in slab files (module docstring). ``chunk_bytes`` must be even
+    (the store's model is one "token" of ``chunk_bytes`` with a K and a V half)."""
+
+    def __init__(self, root_dir: str | Path, ssd_bytes: int, chunk_bytes: int, *,
+                 io_threads: int = 4, slab_bytes: int = 32 << 20) -> None:
+        if chunk_bytes <= 0 or chunk_bytes % 2:
+            raise BadInput(f"chunk of {chunk_bytes} B: the SSD tier needs an even, positive "
+                           f"chunk size")
+        self.chunk_bytes = chunk_bytes
+        model = ModelSpec("engine-chunk", 1, 1, chunk_bytes // 2, dtype_bytes=1, block_tokens=1)
+        self.store = TieredKVStore(TieredKVStoreParams(
+            index=KVIndexParams(model=model, dram_bytes=0, ssd_bytes=int(ssd_bytes)),
+            directory=root_dir, io_threads=int(io_threads),
+            slab_bytes=min(int(slab_bytes), int(ssd_bytes))))
+
+    @property
+    def n_slots(self) -> int:
+        ssd = self.store.ssd
+        return ssd.n_slots if ssd is not None else 0
+
+    def recovered(self, ns_prefix: str) -> list[StoreKey]:
+        """Chunks on the SSD under namespaces starting with ``ns_prefix`` (after a restart:
+        what a previous process left). Other namespaces are never reported."""
+        tree = self.store.index.tree
+        out: list[StoreKey] = []
+        for ns in tree.namespaces():
+            if not str(ns).startswith(ns_prefix):
+                continue
+            root = tree.root(ns)
+            for key, node in ((root.children or {}).items() if root is not None else ()):
+                if node.kv_loc & _SSD and isinstance(key, bytes):
+                    out.append((str(ns), key))
+        return out
+
+    def holds(self, sk: StoreKey) -> bool:
+        return self.store.lookup(sk[0], [sk[1]], begin=False).hit_blocks == 1
+
+    def write(self, items: Sequence[tuple[StoreKey, np.ndarray]], ns_prefix: str) -> WriteOutcome:
+        """Persist ``items`` (each a chunk's flat uint8 bytes) and wait for the writes. A
+        chunk the store could not keep is in ``failed``; ``dropped`` lists the chunks of
+        ``ns_prefix`` namespaces the SSD LRU gave up for room."""
+        store = self.store
+        out = WriteOutcome()
+        try:
+            for sk, data in items:
+                moves = store.store(sk[0], [sk[1]], [data])
+                out.dropped.extend(self._keys_of(moves.ssd_drops, ns_prefix))
+            if store.ssd is not None:
+                store.ssd.drain()  # the writes ran on the store's I/O pool
+            for sk, _ in items:  # a failed write was forgotten by the store
+                (out.ok if self.holds(sk) else out.failed).append(sk)
+        except Exception:  # noqa: BLE001 - an I/O error is these chunks' failure, never a crash
+            out.ok, out.failed = [], [sk for sk, _ in items]
+        held = set(out.ok)
+        out.dropped = [sk for sk in out.dropped if sk not in held]
+        return out
+
+    def read(self, sk: StoreKey, dst: np.ndarray) -> bool:
+        """Copy chunk ``sk`` into ``dst`` (writable, ``chunk_bytes`` long). False for a
+        chunk not held, one that failed its checksum (the store forgets it) or an I/O
+        error; ``dst`` then holds no promise."""
+        store = self.store
+        try:
+            plan = store.lookup(sk[0], [sk[1]])
+        except Exception:  # noqa: BLE001
+            return False
+        try:
+            return plan.hit_blocks == 1 and store.load(plan, [dst]).valid_blocks == 1
+        except Exception:  # noqa: BLE001 - an I/O error is this chunk's miss
+            return False
+        finally:
+            store.release(plan)
+
+    def _keys_of(self, nodes: Iterable[RadixNode], ns_prefix: str) -> list[StoreKey]:
+        """Store keys of dropped chunks (a chunk's parent is its namespace's root)."""
+        tree = self.store.index.tree
+        roots = {id(tree.root(ns)): str(ns) for ns in tree.namespaces()}
+        out: list[StoreKey] = []
+        for n in nodes:
+            ns = roots.get(id(n.parent))
+            if ns is not None and ns.startswith(ns_prefix) and isinstance(n.key, bytes):
+                out.append((ns, n.key))
+        return out
+
+    def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | None]:
+        """Bytes written to the slab files, the budget, and the lifetime at that rate."""
+        ssd = self.store.ssd
+        if ssd is None:
+            return {}
+        s = ssd.stats
+        return {"ssd_bytes_written": s.bytes_written, "ssd_budget_bytes": ssd.budget_bytes,
+                "ssd_files_bytes": ssd.files_size(),
+                "ssd_checksum_failures": s.checksum_failures,
+                "ssd_lifetime_days_1dwpd": lifetime_days(s.bytes_written, elapsed_s,
+                                                         ssd.budget_bytes)}
+
+    def close(self) -> None:
+        self.store.close()
