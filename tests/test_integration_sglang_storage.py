@@ -10,8 +10,10 @@ and the bytes each page was stored with.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -30,7 +32,8 @@ from sglang_harness import (
     MODULE, PAGE_BYTES, HostPages, chains, indices, payload, storage_config,
 )
 
-SETUP = os.path.join(os.path.dirname(__file__), "..", "scripts", "setup.sh")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+SETUP = os.path.join(ROOT, "scripts", "setup.sh")
 
 SLOT = HEADER_BYTES + -(-PAGE_BYTES // 4096) * 4096  # a page's slot on disk (4 KiB-aligned)
 
@@ -73,6 +76,21 @@ def test_sglang_dynamic_loader_builds_our_backend(tmp_path):
     with pytest.raises(BadInput, match="ssd_bytes"):
         StorageBackendFactory.create_backend(
             "dynamic", storage_config({**extra, "ssd_bytes": 0}), None)
+
+
+def test_readme_config_builds_our_backend(tmp_path):
+    """The README's pasted extra config, after SGLang's parser takes its own keys."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    m = re.search(r"--hicache-storage-backend-extra-config '(\{.*?\})'", text, re.S)
+    assert m is not None
+    extra = json.loads(m.group(1))
+    assert extra.pop("hicache_storage_pass_prefix_keys") is True  # SGLang's own key
+    extra["root_dir"] = str(tmp_path)  # the README's NVMe path, here a temporary one
+    b = StorageBackendFactory.create_backend("dynamic", storage_config(extra), None)
+    assert type(b) is SariaHiCacheStorage and b.rule.label == "E2"
+    assert b.ssd_bytes == 549755813888
+    b.close()
 
 
 # --------------------------------------------------------------------------- differential

@@ -115,7 +115,8 @@ class SariaHiCacheStorage(HiCacheStorage):
         self.prewrite = _as_bool(cfg.get("prewrite", True))
         self.io_threads = _positive_int(cfg, "io_threads", "a thread count", default=4)
         self.slab_bytes = _positive_int(cfg, "slab_bytes", "a slab file size", default=32 << 20)
-        self._metadata_entries = cfg.get("metadata_entries")
+        self._metadata_entries = (None if cfg.get("metadata_entries") is None else _positive_int(
+            cfg, "metadata_entries", "the number of pages whose counters are kept"))
         page_bytes = cfg.get("page_bytes")
         c = storage_config
         self.dir = Path(str(root)) / (f"tp{c.tp_rank}of{c.tp_size}-pp{c.pp_rank}of{c.pp_size}"
@@ -151,7 +152,7 @@ class SariaHiCacheStorage(HiCacheStorage):
             return self._chunks
         chunks = SlabChunkStore(self.dir, self.ssd_bytes, page_bytes,
                                 io_threads=self.io_threads, slab_bytes=self.slab_bytes)
-        cap = int(self._metadata_entries) if self._metadata_entries else 8 * max(1, chunks.n_slots)
+        cap = self._metadata_entries or 8 * max(1, chunks.n_slots)
         self._gate = AdmissionGate(self.rule, self.prewrite, cap)
         self._ns = _namespace(self.config, page_bytes, self._dtype)
         for sk in chunks.recovered(self._ns):
@@ -303,7 +304,9 @@ class SariaHiCacheStorage(HiCacheStorage):
 
     def batch_get(self, keys: list[str], target_locations: Sequence[torch.Tensor] | None = None,
                   target_sizes: object | None = None) -> list[torch.Tensor | None]:
-        targets: Sequence[torch.Tensor | None] = target_locations or [None] * len(keys)
+        targets: list[torch.Tensor | None] = [None] * len(keys)
+        if target_locations:
+            targets = list(target_locations)
         return [self.get(k, t) for k, t in zip(keys, targets)]
 
     def batch_get_v1(self, keys: list[str], host_indices: torch.Tensor,
@@ -361,7 +364,7 @@ class SariaHiCacheStorage(HiCacheStorage):
         with self._lock:
             m = self.m
             out: dict[str, float | int | str | None] = {
-                k: getattr(m, k) for k in BackendMetrics.__slots__}  # type: ignore[attr-defined]
+                k: getattr(m, k) for k in BackendMetrics.__slots__}
             out["admission"] = self.rule.label
             out["pages_held"] = len(self._held)
             if self._gate is not None:
@@ -397,10 +400,11 @@ def _as_bool(v: object) -> bool:
 
 def _positive_int(cfg: dict[str, object], name: str, what: str, default: int | None = None) -> int:
     v = cfg.get(name, default)
-    try:
-        n = int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        n = 0
+    n = 0
+    if isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    elif isinstance(v, str) and v.strip().isdigit():
+        n = int(v)
     if n <= 0:
         raise BadInput(f"SGLang storage backend aicache: set \"{name}\" to {what} "
                        f"(a positive integer; got {v!r})")
