@@ -56,7 +56,7 @@ from aicache.adaptive.advisor.base import (
 )
 from aicache.adaptive.advisor.registry import make_advisor
 from aicache.adaptive.analyzer import analyze, tail_length
-from aicache.adaptive.executors import Executor, make_executor
+from aicache.adaptive.executors import EXECUTOR_SETS, Executor, make_executor
 from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewScheduler
 from aicache.adaptive.gate import ConfidenceGate
 from aicache.adaptive.observer import ChironObserver, Judgement
@@ -91,12 +91,17 @@ class ChironParams:
     #: latest first review of a fresh unit; it is reviewed as soon as its window holds
     #: ``min_window`` accesses (the default policy is only a guess until then)
     first_review_s: float = 5.0
+    #: the executor set (:data:`aicache.adaptive.executors.EXECUTOR_SETS`): ``ours`` or
+    #: ``seed`` (the seed's Table 1 as written; it also turns shape reflection off unless
+    #: ``shape_reflection`` is given)
+    executors: str = "ours"
     #: feedback reflection also watches the access *shape* of each round — the share of
     #: small steps (the analyzer's small jump ratio) and the share of re-reads of an ID
     #: still in the window (its reuse ratio) — with the same alpha / theta as CHR: a
     #: change the active executor cannot exploit does not move CHR (random -> sequential
-    #: under no prefetch; random -> skewed while the random executor rejects new blocks)
-    shape_reflection: bool = True
+    #: under no prefetch; random -> skewed while the random executor rejects new blocks).
+    #: None = the executor set's choice (ours: on, seed: off, as in the seed)
+    shape_reflection: bool | None = None
     #: length of a feedback round (CHR per round feeds the EWMA)
     round_s: float = 5.0
     min_round_accesses: int = 50
@@ -119,6 +124,11 @@ class ChironParams:
             raise BadInput(f"round_s={self.round_s!r} must be positive seconds")
         if not self.retry_backoff >= 1.0:
             raise BadInput(f"retry_backoff={self.retry_backoff!r} must be >= 1 (1 = no back-off)")
+        if self.executors not in EXECUTOR_SETS:
+            raise BadInput(f"executors={self.executors!r}: valid executor sets: "
+                           f"{', '.join(EXECUTOR_SETS.names())}")
+        if self.shape_reflection is None:  # resolved here, so the params always say what ran
+            object.__setattr__(self, "shape_reflection", self.executors == "ours")
 
 
 # -- runners ----------------------------------------------------------------------------------
@@ -333,7 +343,8 @@ class ChironSystem(DataCacheSystem):
 
     def _executor(self, pattern: str) -> Executor:
         p = self.params
-        return make_executor(pattern, self.capacity, self.rng, prefetch=p.prefetch, eviction=p.eviction)
+        return make_executor(pattern, self.capacity, self.rng, prefetch=p.prefetch, eviction=p.eviction,
+                             executors=p.executors)
 
     # -- DataCacheSystem ------------------------------------------------------------------------
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:

@@ -8,12 +8,20 @@
 | skewed     | neighborhood                   | always            | segmented LRU (reuse protects)   |
 | default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
 
-Two refinements of the seed's Table 1, each from what the pattern means: a skewed
-stream's hot blocks are the re-read ones, so the skewed executor's LRU is *segmented*
-(one-off blocks and unread prefetched neighbours are evicted before re-read ones, see
-:class:`SegmentedLRU`); a shuffled epoch is random *between* samples but reads each sample
-whole, so once a multi-block sample's first block is read the random executor fetches the
-rest (``sample-rest``; a no-op for single-block samples).
+Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
+
+* ``ours`` (the default) departs from the seed's Table 1 in three places, each from what
+  the pattern means: a sequential pass does not come back to what it just read, so among
+  read blocks eager eviction takes the *most recently* read first (MRU: a loop larger than
+  the cache keeps its older part, which the next pass reads first; see
+  :class:`EagerEviction`); a skewed stream's hot blocks are the re-read ones, so the skewed
+  executor's LRU is *segmented* (one-off blocks and unread prefetched neighbours are
+  evicted before re-read ones, see :class:`SegmentedLRU`); a shuffled epoch is random
+  *between* samples but reads each sample whole, so once a multi-block sample's first
+  block is read the random executor fetches the rest (``sample-rest``; a no-op for
+  single-block samples).
+* ``seed`` is Table 1 as written: eager eviction that removes a block once read
+  (:class:`SeedEagerEviction`), plain LRU for skewed, no prefetch for random.
 
 An executor owns the eviction order of *its cache unit's* resident blocks only; the
 controller (:mod:`aicache.adaptive.controller`) arbitrates between units that share one
@@ -95,6 +103,32 @@ class EagerEviction(EvictionPolicy):
         # oldest candidate first: unread (FIFO), then read from least to most recent
         yield from self._unread
         yield from self._read
+
+
+class SeedEagerEviction(EagerEviction):
+    """The seed's eager eviction: a block is removed once it has been read.
+
+    A system cannot drop a block behind its driver's back, so "removed once read" is kept
+    as "read blocks are the first victims, in the order they were read (least recently read
+    first), ahead of every block not read yet": the space a read block holds is given back
+    the next time space is needed, not at the read. Every read is served exactly as under
+    immediate removal except a re-read of a block whose space has not been needed yet (a
+    hit here, a miss if it had been removed); a sequential pass does not re-read, which is
+    the case the policy is for.
+    """
+
+    name = "eager-seed"
+    __slots__ = ()
+
+    def victim(self, now: float) -> Key:
+        if self._read:
+            return self._read.popitem(last=False)[0]
+        return self._unread.popitem(last=False)[0]
+
+    def keys(self) -> Iterable[Key]:
+        # victim order: read (least recently read first), then unread (FIFO)
+        yield from self._read
+        yield from self._unread
 
 
 class SegmentedLRU(EvictionPolicy):
@@ -288,16 +322,48 @@ class DefaultExecutor(Executor):
     eviction_name = "2-random"
 
 
+class SeedSequentialExecutor(SequentialExecutor):
+    """Stride prefetch + the seed's eager eviction (a block goes once read)."""
+
+    def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
+        return SeedEagerEviction(capacity, rng=rng)
+
+
+class SeedRandomExecutor(RandomExecutor):
+    """No prefetch at all; reject new blocks when full."""
+
+    prefetch_name = "none"
+
+
+class SeedSkewedExecutor(SkewedExecutor):
+    """Neighborhood prefetch + plain LRU."""
+
+    def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
+        return EVICTION.get("lru")(capacity, rng=rng)
+
+
 EXECUTORS: Registry[type[Executor]] = Registry("executor")
 EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
 EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full + no eviction")
 EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch + always + segmented LRU")
 EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
 
+#: executor set -> pattern -> executor class (see the module docstring)
+EXECUTOR_SETS: Registry[Mapping[str, type[Executor]]] = Registry("executor set")
+EXECUTOR_SETS.register("ours", {n: EXECUTORS.get(n) for n in EXECUTORS.names()},
+                       "MRU-style eager, sample-rest for random, segmented LRU for skewed (default)")
+EXECUTOR_SETS.register("seed", {"sequential": SeedSequentialExecutor, "random": SeedRandomExecutor,
+                                "skewed": SeedSkewedExecutor, "default": DefaultExecutor},
+                       "the seed's Table 1: eager removes a block once read, no prefetch for random, LRU for skewed")
+
 
 def make_executor(pattern: str, capacity: int, rng: random.Random,
                   prefetch_params: dict[str, Any] | None = None, *,
-                  prefetch: str | None = None, eviction: str | None = None) -> Executor:
-    """A fresh executor for ``pattern`` (``sequential``, ``random``, ``skewed``, ``default``),
-    optionally with its prefetcher or eviction policy overridden by registry name."""
-    return EXECUTORS.get(pattern)(capacity, rng, prefetch_params, prefetch=prefetch, eviction=eviction)
+                  prefetch: str | None = None, eviction: str | None = None,
+                  executors: str = "ours") -> Executor:
+    """A fresh executor for ``pattern`` (``sequential``, ``random``, ``skewed``, ``default``)
+    from executor set ``executors`` (``ours``, ``seed``), optionally with its prefetcher or
+    eviction policy overridden by registry name."""
+    EXECUTORS.get(pattern)  # an unknown pattern: the registry's error names the valid ones
+    cls = EXECUTOR_SETS.get(executors)[pattern]
+    return cls(capacity, rng, prefetch_params, prefetch=prefetch, eviction=eviction)

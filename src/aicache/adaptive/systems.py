@@ -265,6 +265,9 @@ SYSTEMS.register("juicefs", _pair("juicefs", "2-random", "readahead"), "readahea
 SYSTEMS.register("alluxio", _pair("alluxio", "lru", "none"), "no prefetch + LRU")
 SYSTEMS.register("juicefs-adaptive", _pair("juicefs-adaptive", "lecar", "sfp"), "SFP + LeCaR")
 SYSTEMS.register("chiron", _chiron, "advisor-switched executors per cache unit")
+SYSTEMS.register("chiron-seed", lambda capacity_bytes, block_size, **params: _chiron(
+    capacity_bytes, block_size, **{"executors": "seed", **params}),
+    "chiron with the seed's executors (Table 1 as written)")
 SYSTEMS.register("clairvoyant", _clairvoyant, "Belady + perfect prefetch (needs the trace)")
 
 

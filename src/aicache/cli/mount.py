@@ -79,6 +79,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
     p.add_argument("--block-size", default="4MiB", help="cache block size (default 4MiB)")
     p.add_argument("--policy", default="chiron", help="chiron, juicefs, alluxio, lru, … (default chiron)")
     p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
+    p.add_argument("--executors", default=None, choices=("ours", "seed"),
+                   help="chiron's executor set: ours (default) or seed (the seed's Table 1); "
+                        "seed = --policy chiron-seed")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                    help="storage option for the remote filesystem (repeatable)")
     p.add_argument("--verify-checksum", default="stat", choices=("full", "stat", "none"),
@@ -269,6 +272,10 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
     except ValueError:
         raise BadInput(f"--free-space-ratio {args.free_space_ratio!r}: give a share of the disk "
                        "in [0, 1), e.g. 0.1") from None
+    if args.executors is not None:
+        if args.policy not in ("chiron", "chiron-seed"):
+            raise BadInput(f"--executors applies to --policy chiron, not {args.policy!r}")
+        args.policy = "chiron-seed" if args.executors == "seed" else "chiron"
     make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
     return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum,
                               metadata_ttl_s=ttl, cache_mode=mode, free_space_ratio=ratio)

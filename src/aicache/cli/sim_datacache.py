@@ -29,6 +29,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="chiron's advisor: statistical (default), openai, oracle, noisy:P, replay:FILE, record:FILE")
     p.add_argument("--prompt", default=None, choices=("aicache", "seed"),
                    help="system prompt of an LLM advisor: aicache (ours, default) or seed (the published design's, verbatim)")
+    p.add_argument("--executors", default=None, choices=("ours", "seed"),
+                   help="chiron's executor set: ours (default) or seed (the published design's Table 1: eager "
+                        "removes a block once read, LRU for skewed, no prefetch for random)")
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,
@@ -61,8 +64,14 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"--prompt applies to the openai advisor (or record:FILE over it), not {advisor!r}; "
                            "a replay uses the prompt its transcript was recorded with")
         advisor = make_advisor(advisor, seed=args.seed, prompt=args.prompt)
+    system_params: dict[str, Any] = {}
+    if args.executors is not None:
+        if args.system not in ("chiron", "chiron-seed"):
+            raise BadInput(f"--executors applies to --system chiron, not {args.system!r}")
+        system_params["executors"] = args.executors
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
-                             miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed)
+                             miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed,
+                             system_params=system_params)
     d = res.to_dict()
     if args.trace is not None:
         from aicache.traces.io import detect_format

@@ -391,7 +391,7 @@ def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size:
     runs on its own thread in a real engine (never on the read path)."""
     if isinstance(policy, DataCacheSystem):
         return policy
-    extra = {"runner": "thread"} if policy == "chiron" else {}
+    extra = {"runner": "thread"} if policy in ("chiron", "chiron-seed") else {}
     return make_system(policy, capacity, block_size,
                        advisor=advisor if advisor is not None else "statistical", seed=seed,
                        **extra)
