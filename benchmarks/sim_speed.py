@@ -10,7 +10,9 @@ mode), then for each policy runs
   set), and ``Cache.request`` per request, the path ``aicache sim cache`` takes.
 
 It prints requests/s of each and the ratio (total, and the replay loop alone without the
-pre-pass), checks that both report the same miss ratio, and — with ``--profile`` — profiles
+pre-pass), the same total ratio in CPU seconds of this process (``cpu_ratio``: on a shared,
+loaded machine wall time measures the neighbours; ``--clock cpu`` judges the goal by it),
+checks that both report the same miss ratio, and — with ``--profile`` — profiles
 our run to show where the time goes. It says whether our hot path ran compiled
 (:mod:`aicache.native`); ``AICACHE_PURE_PYTHON=1`` measures the pure-Python path.
 
@@ -47,6 +49,7 @@ class Row:
     ours_loop_rps: float
     ratio: float
     loop_ratio: float
+    cpu_ratio: float
     libcachesim_miss_ratio: float
     ours_miss_ratio: float
 
@@ -74,20 +77,24 @@ def write_trace_file(ids: np.ndarray, path: str) -> None:
     write_oracle_general(path, batches)
 
 
-def run_libcachesim(policy: str, path: str, cap: int, hashpower: int) -> tuple[float, float]:
+def run_libcachesim(policy: str, path: str, cap: int, hashpower: int) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, miss ratio) of libCacheSim's C loop over the file."""
     import libcachesim as lcs
 
     cache = getattr(lcs, LCS_CLASSES[policy])(cache_size=cap, hashpower=hashpower)
     reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     mr, _ = cache.process_trace(reader)
-    return time.perf_counter() - t, float(mr)
+    return time.perf_counter() - t, time.process_time() - c, float(mr)
 
 
 def run_ours(policy: str, path: str, cap: int):  # type: ignore[no-untyped-def]
+    """(our result, CPU seconds of the whole call)."""
     from aicache.sim.cache_sim import simulate
 
-    return simulate(path, policy, cap, fmt="oracle-general", progress=False)
+    c = time.process_time()
+    r = simulate(path, policy, cap, fmt="oracle-general", progress=False)
+    return r, time.process_time() - c
 
 
 def profile_ours(policy: str, path: str, cap: int, top: int = 12) -> str:
@@ -110,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(GOAL_POLICIES))
     ap.add_argument("--repeat", type=int, default=3, help="best of N timings (shared machines are noisy)")
     ap.add_argument("--profile", action="store_true", help="profile our runs even when at goal")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="which ratio the goal is judged by (cpu: this process's CPU seconds)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -133,17 +142,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"sim_speed: skipping {pol!r}: not in both simulators", file=sys.stderr)
                 continue
             lcs_best, ours_best, loop_best = math.inf, math.inf, math.inf
+            lcs_cpu, ours_cpu = math.inf, math.inf
             lcs_mr = ours_mr = math.nan
             for _ in range(args.repeat):
-                dt, lcs_mr = run_libcachesim(pol, path, cap, hashpower)
+                dt, ct, lcs_mr = run_libcachesim(pol, path, cap, hashpower)
                 lcs_best = min(lcs_best, dt)
-                r = run_ours(pol, path, cap)
+                lcs_cpu = min(lcs_cpu, ct)
+                r, ours_ct = run_ours(pol, path, cap)
                 ours_mr = r.miss_ratio
                 ours_best = min(ours_best, r.wall_seconds)
+                ours_cpu = min(ours_cpu, ours_ct)
                 loop_best = min(loop_best, r.wall_seconds - r.scan_seconds)
             n = args.requests
             row = Row(pol, n / lcs_best, n / ours_best, n / loop_best, lcs_best / ours_best,
-                      lcs_best / loop_best, lcs_mr, ours_mr)
+                      lcs_best / loop_best, lcs_cpu / ours_cpu, lcs_mr, ours_mr)
             rows.append(row)
             if args.profile:
                 profiles[pol] = profile_ours(pol, path, cap)
@@ -152,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         "requests": args.requests, "objects": distinct, "alpha": args.alpha, "cache_size": cap,
         "hashpower": hashpower, "seed": args.seed, "goal_ratio": GOAL, "compiled": compiled,
         "results": [asdict(r) for r in rows],
-        "meets_goal": {r.policy: r.ratio >= GOAL for r in rows if r.policy in GOAL_POLICIES},
+        "clock": args.clock,
+        "meets_goal": {r.policy: (r.cpu_ratio if args.clock == "cpu" else r.ratio) >= GOAL
+                       for r in rows if r.policy in GOAL_POLICIES},
         "miss_ratios_agree": {r.policy: abs(r.libcachesim_miss_ratio - r.ours_miss_ratio) < 1e-9
                               for r in rows},
     }
@@ -163,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
               f"cache {cap} objects, libCacheSim hashpower {hashpower}, "
               f"our hot path {'compiled' if compiled else 'pure Python'}")
         print(f"{'policy':8} {'libCacheSim req/s':>18} {'ours req/s':>12} {'ours loop req/s':>16} "
-              f"{'ratio':>6} {'loop ratio':>10} {'miss (lcs / ours)':>20}")
+              f"{'ratio':>6} {'loop ratio':>10} {'cpu ratio':>9} {'miss (lcs / ours)':>20}")
         for r in rows:
             print(f"{r.policy:8} {r.libcachesim_rps:18,.0f} {r.ours_rps:12,.0f} {r.ours_loop_rps:16,.0f} "
-                  f"{r.ratio:6.3f} {r.loop_ratio:10.3f} {r.libcachesim_miss_ratio:9.4f} / {r.ours_miss_ratio:.4f}")
+                  f"{r.ratio:6.3f} {r.loop_ratio:10.3f} {r.cpu_ratio:9.3f} "
+                  f"{r.libcachesim_miss_ratio:9.4f} / {r.ours_miss_ratio:.4f}")
     for pol, text in profiles.items():
         print(f"\n--- where our time goes: {pol} (cProfile, by own time) ---", file=sys.stderr)
         print(text, file=sys.stderr)

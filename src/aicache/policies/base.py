@@ -80,6 +80,10 @@ class EvictionPolicy(ABC):
     may_decline: ClassVar[bool] = False
     #: True when the policy may drop keys on its own (see :meth:`drain_evicted`).
     self_evicting: ClassVar[bool] = False
+    #: True when :meth:`access` is implemented: the policy's own table answers "is it
+    #: resident?" and applies the hit in the same lookup, so a cache counting objects
+    #: keeps no table of its own (one hash lookup per hit instead of two or three).
+    owns_residency: ClassVar[bool] = False
 
     def __init__(self, capacity: int, *, rng: random.Random | None = None, **params: Any) -> None:
         if params:
@@ -128,6 +132,14 @@ class EvictionPolicy(ABC):
         one bulk update (a switch of a 1 TB run moves tens of thousands of blocks)."""
         for k in keys:
             self.on_insert(k, sizes[k], now)
+
+    def access(self, key: Key, now: float) -> bool:
+        """If ``key`` is resident, do what ``on_hit(key, 1, now)`` does and return True;
+        else change nothing and return False (only if :attr:`owns_residency`)."""
+        if key in self:
+            self.on_hit(key, 1, now)
+            return True
+        return False
 
     def fast_hit(self) -> Callable[[Key], object] | None:
         """Optionally, a callable taking only the key that does exactly what ``on_hit``

@@ -51,6 +51,15 @@ class CacheStats:
         return 1.0 - self.bytes_hit / self.bytes_requested if self.bytes_requested else 0.0
 
 
+def _access_is_current(cls: type) -> bool:
+    """Whether ``cls.access`` comes from the class that defines its ``on_hit`` (or a
+    subclass of it): a subclass that changes ``on_hit`` but inherits ``access`` would
+    have its hits skip the change, so such a policy is driven through ``on_hit``."""
+    def owner(name: str) -> type:
+        return next(c for c in cls.__mro__ if name in c.__dict__)
+    return issubclass(owner("access"), owner("on_hit"))
+
+
 class Cache:
     """Capacity accounting around an eviction policy.
 
@@ -64,9 +73,9 @@ class Cache:
     ``request`` then calls on hits instead of ``on_hit``; the result is the same.
     """
 
-    __slots__ = ("capacity", "policy", "objects_mode", "sizes", "used", "_on_miss", "_hit",
+    __slots__ = ("capacity", "policy", "objects_mode", "_sizes", "used", "_on_miss", "_hit",
                  "n_hits", "n_misses", "n_bytes_hit", "n_bytes_missed", "n_evictions",
-                 "n_rejected", "_sees_misses", "_may_reject", "_self_evicting")
+                 "n_rejected", "_sees_misses", "_may_reject", "_self_evicting", "_owned")
 
     def __init__(self, capacity: int, policy: EvictionPolicy, size_mode: str = "objects") -> None:
         if size_mode not in ("objects", "bytes"):
@@ -74,7 +83,7 @@ class Cache:
         self.capacity = int(capacity)
         self.policy = policy
         self.objects_mode = size_mode == "objects"
-        self.sizes: dict[Key, int] = {}
+        self._sizes: dict[Key, int] = {}
         self.used = 0
         self.n_hits = self.n_misses = self.n_bytes_hit = self.n_bytes_missed = 0
         self.n_evictions = self.n_rejected = 0
@@ -83,6 +92,16 @@ class Cache:
         self._may_reject = bool(policy.may_reject)
         self._self_evicting = bool(policy.self_evicting)
         self._hit = policy.fast_hit() if not self._self_evicting else None
+        # objects mode over a policy whose table is the resident set: no table here
+        self._owned = (self.objects_mode and bool(policy.owns_residency)
+                       and not self._self_evicting and _access_is_current(type(policy)))
+
+    @property
+    def sizes(self) -> dict[Key, int]:
+        """Resident key -> stored size (a copy when the policy owns the table)."""
+        if self._owned:
+            return dict.fromkeys(self.policy.keys(), 1)
+        return self._sizes
 
     @property
     def stats(self) -> CacheStats:
@@ -93,7 +112,9 @@ class Cache:
 
     def request(self, key: Key, size: int, now: float) -> bool:
         """A demand access. Returns True on a hit. Inserts on a miss when possible."""
-        sizes = self.sizes
+        if self._owned:
+            return self._request_owned(key, size, now)
+        sizes = self._sizes
         if key in sizes:
             self.n_hits += 1
             self.n_bytes_hit += size
@@ -141,9 +162,38 @@ class Cache:
         self.used += size
         return False
 
+    def _request_owned(self, key: Key, size: int, now: float) -> bool:
+        """:meth:`request` in objects mode when the policy owns the resident set: the
+        same steps, with ``used`` counting objects and no table of the cache's own."""
+        policy = self.policy
+        if policy.access(key, now):
+            self.n_hits += 1
+            self.n_bytes_hit += size
+            return True
+        self.n_misses += 1
+        self.n_bytes_missed += size
+        if self._sees_misses and policy.on_miss(key, 1, now) is False:
+            self.n_rejected += 1
+            return False
+        if self.capacity < 1:
+            return False
+        if self._may_reject and not policy.admit(key, 1, self.used, now):
+            self.n_rejected += 1
+            return False
+        cap = self.capacity - 1
+        while self.used > cap:
+            policy.victim(now)
+            self.used -= 1
+            self.n_evictions += 1
+        if policy.on_insert(key, 1, now) is False:
+            self.n_rejected += 1
+            return False
+        self.used += 1
+        return False
+
     def _drain(self) -> None:
         """Drop what a ``self_evicting`` policy evicted on its own."""
-        sizes = self.sizes
+        sizes = self._sizes
         for victim in self.policy.drain_evicted():
             self.used -= sizes[victim]
             del sizes[victim]
@@ -174,15 +224,17 @@ class Cache:
         the policy declines it."""
         if self.objects_mode:
             size = 1
-        if key in self.sizes or size > self.capacity:
+        if key in self or size > self.capacity:
             return False
         policy = self.policy
         if self._may_reject and not policy.admit(key, size, self.used, now):
             return False
+        owned = self._owned
+        sizes = self._sizes
         cap = self.capacity - size
         while self.used > cap:
             victim = policy.victim(now)
-            self.used -= self.sizes.pop(victim)
+            self.used -= 1 if owned else sizes.pop(victim)
             self.n_evictions += 1
             if self._self_evicting:
                 self._drain()
@@ -194,13 +246,20 @@ class Cache:
             self._drain()
         if stored is False:
             return False
-        self.sizes[key] = size
+        if not owned:
+            sizes[key] = size
         self.used += size
         return True
 
     def remove(self, key: Key) -> bool:
         """Drop ``key`` for the cache's own reasons (not a policy choice)."""
-        size = self.sizes.pop(key, None)
+        if self._owned:
+            if key not in self.policy:
+                return False
+            self.used -= 1
+            self.policy.on_remove(key)
+            return True
+        size = self._sizes.pop(key, None)
         if size is None:
             return False
         self.used -= size
@@ -210,10 +269,12 @@ class Cache:
         return True
 
     def __contains__(self, key: object) -> bool:
-        return key in self.sizes
+        if self._owned:
+            return key in self.policy
+        return key in self._sizes
 
     def __len__(self) -> int:
-        return len(self.sizes)
+        return self.used if self._owned else len(self._sizes)
 
     def keys(self) -> Iterable[Key]:
-        return self.sizes.keys()
+        return self.policy.keys() if self._owned else self._sizes.keys()

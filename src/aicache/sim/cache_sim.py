@@ -120,9 +120,7 @@ def scan(source: TraceSource, *, need_bytes: bool = True, need_future: bool = Fa
     first-seen sizes, and (if ``need_future``) every request's next-access index.
     Without ``need_bytes`` the byte total is reported as 0. The batches are kept in the
     result while they take at most ``retain_bytes``."""
-    seen: set[int] = set()
-    add = seen.add
-    total_bytes = 0
+    seen = FirstSeen()
     requests = 0
     id_chunks: list[np.ndarray] = []
     kept: list[RequestBatch] | None = [] if retain_bytes > 0 else None
@@ -140,21 +138,62 @@ def scan(source: TraceSource, *, need_bytes: bool = True, need_future: bool = Fa
                 kept = None
         if need_future:
             id_chunks.append(b.obj_id)
-        if not need_bytes:
-            seen.update(b.obj_id.tolist())
-            continue
-        uniq, first = np.unique(b.obj_id, return_index=True)
-        for k, s in zip(uniq.tolist(), b.obj_size[first].tolist()):
-            if k not in seen:
-                add(k)
-                total_bytes += s
+        seen.add(b.obj_id, b.obj_size if need_bytes else None)
     nxt = None
     if need_future:
         ids = np.concatenate(id_chunks) if id_chunks else np.zeros(0, np.uint64)
         del id_chunks
         nxt = next_access_times(ids)
-    return WorkingSet(requests=requests, objects=len(seen), bytes=total_bytes, next_access=nxt,
+    objects, total_bytes = seen.totals()
+    return WorkingSet(requests=requests, objects=objects, bytes=total_bytes, next_access=nxt,
                       batches=kept)
+
+
+class FirstSeen:
+    """Distinct ids and the sum of their first-seen sizes, vectorised.
+
+    Each batch contributes its sorted unique ids (with the size at each one's first
+    occurrence); the pieces are merged by a stable ``np.unique`` whenever they hold twice
+    as many entries as the last merge left (at least 2**20), so memory stays within a few
+    times 16 bytes per distinct object and every id is sorted a logarithmic number of
+    times. A stable sort keeps, for an id seen in several pieces, the earliest piece's size.
+    """
+
+    __slots__ = ("_ids", "_sizes", "_n", "_merged", "merge_min")
+
+    def __init__(self, merge_min: int = 1 << 20) -> None:
+        self.merge_min = merge_min
+        self._ids: list[np.ndarray] = []
+        self._sizes: list[np.ndarray] = []
+        self._n = 0
+        self._merged = 0
+
+    def add(self, ids: np.ndarray, sizes: np.ndarray | None) -> None:
+        if sizes is None:
+            u = np.unique(ids)
+            self._sizes.append(np.zeros(len(u), dtype=np.int64))
+        else:
+            u, first = np.unique(ids, return_index=True)
+            self._sizes.append(sizes[first].astype(np.int64))
+        self._ids.append(u)
+        self._n += len(u)
+        if self._n > 2 * max(self._merged, self.merge_min):
+            self._merge()
+
+    def _merge(self) -> None:
+        if len(self._ids) <= 1:
+            return
+        u, first = np.unique(np.concatenate(self._ids), return_index=True)
+        self._sizes = [np.concatenate(self._sizes)[first]]
+        self._ids = [u]
+        self._n = self._merged = len(u)
+
+    def totals(self) -> tuple[int, int]:
+        """(distinct ids, sum of their first-seen sizes)."""
+        self._merge()
+        if not self._ids:
+            return 0, 0
+        return len(self._ids[0]), int(self._sizes[0].sum())
 
 
 def resolve_cache_size(cache_size: str | int, ws: WorkingSet, size_mode: str, trace: str) -> int:
@@ -269,7 +308,7 @@ def _replay_prefetch(cache: Cache, batches: Iterator[RequestBatch], pf: Prefetch
     is reported used; one found evicted when next requested is reported wasted."""
     req = cache.request
     insert = cache.insert
-    sizes = cache.sizes
+    resident = cache.__contains__
     on_access = pf.on_access
     used = pf.on_prefetch_used
     wasted = pf.on_prefetch_wasted
@@ -295,7 +334,7 @@ def _replay_prefetch(cache: Cache, batches: Iterator[RequestBatch], pf: Prefetch
                 else:
                     wasted(k, t)
             for blk in on_access(u, k, hit, t):
-                if 0 <= blk < top and blk not in sizes and insert(blk, s, t):
+                if 0 <= blk < top and not resident(blk) and insert(blk, s, t):
                     pending.add(blk)
                     prefetched += 1
         pos += n

@@ -33,6 +33,7 @@ from aicache.policies.base import EvictionPolicy, Key
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class ARC(EvictionPolicy):
     name = "arc"
+    owns_residency = True
     sees_misses = True
     __slots__ = ("_t1", "_t2", "_b1", "_b2", "_t1_size", "_t2_size", "_b1_size", "_b2_size",
                  "p", "_ghost_hit", "_incoming")
@@ -78,6 +79,21 @@ class ARC(EvictionPolicy):
             self._t2[key] = s
             self._t1_size -= s
             self._t2_size += s
+
+    def access(self, key: Key, now: float) -> bool:
+        s = self._t1.pop(key, None)
+        if s is not None:
+            self._ghost_hit = 0
+            self._t2[key] = s
+            self._t1_size -= s
+            self._t2_size += s
+            return True
+        t2 = self._t2
+        if key in t2:
+            self._ghost_hit = 0
+            t2.move_to_end(key)
+            return True
+        return False
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         if self._ghost_hit:

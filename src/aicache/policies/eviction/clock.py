@@ -25,6 +25,7 @@ class Clock(EvictionPolicy):
     """
 
     name = "clock"
+    owns_residency = True
     __slots__ = ("_queue", "_max_freq", "_init_freq")
 
     def __init__(self, capacity: int, *, n_bit_counter: int = 1, init_freq: int = 0,
@@ -42,6 +43,15 @@ class Clock(EvictionPolicy):
         f = q[key]
         if f < self._max_freq:
             q[key] = f + 1
+
+    def access(self, key: Key, now: float) -> bool:
+        q = self._queue
+        f = q.get(key, -1)
+        if f < 0:
+            return False
+        if f < self._max_freq:
+            q[key] = f + 1
+        return True
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._queue[key] = self._init_freq

@@ -19,6 +19,7 @@ class FIFO(EvictionPolicy):
     """
 
     name = "fifo"
+    owns_residency = True
     __slots__ = ("_order",)
 
     def __init__(self, capacity: int, *, rng: random.Random | None = None) -> None:
@@ -27,6 +28,9 @@ class FIFO(EvictionPolicy):
 
     def on_hit(self, key: Key, size: int, now: float) -> None:
         pass
+
+    def access(self, key: Key, now: float) -> bool:
+        return key in self._order
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._order[key] = None

@@ -53,7 +53,8 @@ class LIRS(EvictionPolicy):
     may_decline = True
     self_evicting = True
     __slots__ = ("_s", "_s_size", "_q", "_nh", "hirs_limit", "lirs_limit", "_lirs_count",
-                 "_hirs_count", "_s_bytes", "_evicted", "_extra", "_ghost_hit", "departures")
+                 "_hirs_count", "_s_bytes", "_evicted", "_extra", "_ghost_hit", "departures",
+                 "_admitted")
 
     def __init__(self, capacity: int, *, hirs_ratio: float = 0.01,
                  rng: random.Random | None = None) -> None:
@@ -71,6 +72,8 @@ class LIRS(EvictionPolicy):
         self._ghost_hit = False
         #: times a block was kept where libCacheSim exceeds its capacity (module docstring)
         self.departures = 0
+        #: the key the last on_miss made room for (its on_insert follows)
+        self._admitted: Key | None = None
 
     # -- libCacheSim's internal moves --------------------------------------------------
     def _s_drop(self, key: Key) -> None:
@@ -166,6 +169,7 @@ class LIRS(EvictionPolicy):
     def on_miss(self, key: Key, size: int, now: float) -> bool:
         """libCacheSim's ``find`` for a non-resident key, then its ``can_insert``."""
         self._ghost_hit = False
+        self._admitted = None
         s = self._s
         state = s.get(key)
         if state is not None:
@@ -179,6 +183,7 @@ class LIRS(EvictionPolicy):
             while self._lirs_count + ssize > self.lirs_limit:
                 self._evict_lir()
             self._nh.pop(key, None)
+            self._admitted = key
             return True
         if size > self.lirs_limit or size > self.hirs_limit:
             self._limit_stack()
@@ -187,11 +192,15 @@ class LIRS(EvictionPolicy):
                 and self._hirs_count + size > self.hirs_limit):
             while self._hirs_count + size > self.hirs_limit:
                 self._evict_hir()
+        self._admitted = key
         return True
 
     def on_insert(self, key: Key, size: int, now: float) -> bool:
-        if not self._ghost_hit and key in self._s:  # a ghost, from a driver that skipped
-            self.on_miss(key, size, now)  # on_miss: learn the ghost hit now
+        """Store ``key``; a driver that did not call :meth:`on_miss` for it first gets
+        that call now, and the block is declined where ``on_miss`` would refuse it."""
+        if self._admitted != key and not self.on_miss(key, size, now):
+            return False
+        self._admitted = None
         if self._ghost_hit:
             self._ghost_hit = False
             self._s[key] = _LIR
@@ -208,8 +217,7 @@ class LIRS(EvictionPolicy):
 
     def on_prefetch_insert(self, key: Key, size: int, now: float) -> bool:
         """A prefetch runs the miss path first (it may make room or refuse the block)."""
-        if not self.on_miss(key, size, now):
-            return False
+        self._admitted = None
         return self.on_insert(key, size, now)
 
     def victim(self, now: float) -> Key:

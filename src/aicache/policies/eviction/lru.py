@@ -19,10 +19,18 @@ class LRU(FIFO):
     """
 
     name = "lru"
+    owns_residency = True
     __slots__ = ()
 
     def on_hit(self, key: Key, size: int, now: float) -> None:
         self._order.move_to_end(key)
+
+    def access(self, key: Key, now: float) -> bool:
+        order = self._order
+        if key in order:
+            order.move_to_end(key)
+            return True
+        return False
 
     def fast_hit(self) -> Callable[[Key], object] | None:
         # Exact only while on_hit is ours (a subclass may add bookkeeping).

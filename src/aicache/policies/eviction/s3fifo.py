@@ -42,6 +42,7 @@ from aicache.policies.base import EvictionPolicy, Key
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class S3FIFO(EvictionPolicy):
     name = "s3fifo"
+    owns_residency = True
     sees_misses = True
     may_decline = True
     __slots__ = ("_small", "_main", "_ghost", "_freq", "_small_used", "_main_used",
@@ -90,6 +91,14 @@ class S3FIFO(EvictionPolicy):
         # (no need to clear _ghost_hit: only an insert reads it, and every demand insert
         # follows its own on_miss, every prefetch insert clears it)
         self._freq[key] += 1
+
+    def access(self, key: Key, now: float) -> bool:
+        freq = self._freq
+        f = freq.get(key)
+        if f is None:
+            return False
+        freq[key] = f + 1
+        return True
 
     def on_insert(self, key: Key, size: int, now: float) -> bool:
         if self._ghost_hit:

@@ -27,6 +27,7 @@ from aicache.policies.base import EvictionPolicy, Key
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Sieve(EvictionPolicy):
     name = "sieve"
+    owns_residency = True
     __slots__ = ("_ahead", "_behind")
 
     def __init__(self, capacity: int, *, rng: random.Random | None = None) -> None:
@@ -39,6 +40,19 @@ class Sieve(EvictionPolicy):
             self._ahead[key] = 1
         else:
             self._behind[key] = 1
+
+    def access(self, key: Key, now: float) -> bool:
+        ahead = self._ahead
+        v = ahead.get(key)
+        if v is not None:
+            if not v:
+                ahead[key] = 1
+            return True
+        behind = self._behind
+        if key in behind:
+            behind[key] = 1
+            return True
+        return False
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._ahead[key] = 0

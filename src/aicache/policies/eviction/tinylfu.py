@@ -220,7 +220,9 @@ class WTinyLFU(EvictionPolicy):
                 del window[key]
                 self._window_used -= size
                 self._main_insert(key, size)
-            elif sketch.estimate(key) > sketch.estimate(self._main_victim()):
+            elif ((self._segs[0] or self._segs[1])  # (empty only for a driver that
+                  # skipped on_miss and inserted an object larger than main)
+                  and sketch.estimate(key) > sketch.estimate(self._main_victim())):
                 self._main_evict()
                 del window[key]
                 self._window_used -= size
