@@ -53,6 +53,9 @@ LEFT_OUT = {
     ("### Data cache", "bash"): "run by test_readme_datacache.py (a real mount, metrics, record)",
     ("### Use with vLLM", "bash"): "vllm serve needs a model (MODEL is a placeholder); the "
                                    "connector is run in-process by test_integration_vllm_*.py",
+    ("### Use with SGLang", "bash"): "launch_server needs a model (MODEL is a placeholder) and "
+                                     "SGLang's GPU kernels; the storage backend is run in-process "
+                                     "by test_integration_sglang_storage.py",
     ("### Benchmarks", "bash"): "each benchmark runs for minutes (make bench); benchmarks are "
                                 "ratios, not tests",
 }
