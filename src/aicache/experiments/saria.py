@@ -60,6 +60,12 @@ def _workload(kind: str, sessions: int | None, seed: int, block_tokens: int) -> 
 
         reqs = open_trace(str(MOONCAKE_TRACE), "mooncake").requests()
         return prepare(islice(reqs, sessions) if sessions else reqs, block_tokens)
+    if kind in ("mooncake-trace-h1", "mooncake-trace-h2"):  # the trace's halves, by order
+        from aicache.traces.io import open_trace
+
+        allr = list(open_trace(str(MOONCAKE_TRACE), "mooncake").requests())
+        mid = len(allr) // 2
+        return prepare(allr[:mid] if kind.endswith("h1") else allr[mid:], block_tokens)
     gen = generate_agent if kind == "agent" else generate_weka
     return prepare(gen(sessions, seed), block_tokens)
 
@@ -572,6 +578,11 @@ class Coordination(Experiment):
 
 
 # --------------------------------------------------------------------- Mooncake shape
+#: admission arms replayed on each half of the Mooncake trace (label, system, admission)
+HALF_ARMS = (("FD", "full-duplicate", None), ("E2", "saria", "E2"), ("E2∨R1", "saria", "E2∨R1"),
+             ("E3", "saria", "E3"), ("OR", "oracle", None))
+
+
 class Mooncake(_KVExperiment):
     name = "saria-mooncake"
     title = "Mooncake FAST'25 synthetic trace (timestamp replay on the replay clock)"
@@ -580,16 +591,27 @@ class Mooncake(_KVExperiment):
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         n = 600 if quick else None
-        return [{"workload": "mooncake-trace", "sessions": n, "model": model, "label": lab,
-                 "system": s, "dram_tokens": 2_000_000, "ssd_tokens": 20_000_000, "seed": 0,
-                 **({"theta_e": te} if te else {})}
-                for model in _pick(SEED_MODELS, quick) for lab, s, te in FIG10]
+        budget = {"dram_tokens": 2_000_000, "ssd_tokens": 20_000_000, "seed": 0}
+        out = [{"workload": "mooncake-trace", "sessions": n, "model": model, "label": lab,
+                "system": s, **budget, **({"theta_e": te} if te else {})}
+               for model in _pick(SEED_MODELS, quick) for lab, s, te in FIG10]
+        if not quick:  # each half alone: the first for development, the second held out
+            out += [{"workload": f"mooncake-trace-{h}", "half": h, "model": "qwen3-8b",
+                     "label": lab, "system": s, "admission": adm, **budget}
+                    for h in ("h1", "h2") for lab, s, adm in HALF_ARMS]
+        return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        figs = [Figure(bar_chart(rows, "label", y, "model", outdir / f"saria-mooncake-{y}.png",
+        whole = [r for r in rows if "half" not in r]
+        halves = [r for r in rows if "half" in r]
+        figs = [Figure(bar_chart(whole, "label", y, "model", outdir / f"saria-mooncake-{y}.png",
                                  title=y), y) for y in ("ttft_mean_s", "ssd_writes_norm")]
+        split = []
+        for h in ("h1", "h2"):
+            for f in _frontier([{**r, "model": h} for r in halves if r.get("half") == h]):
+                split.append({"half": h, **{k: v for k, v in f.items() if k != "model"}})
         return ReportSection(
             title=self.title,
             description=("traces/mooncake_fast25_synthetic.jsonl (3,993 requests, no session "
@@ -597,9 +619,9 @@ class Mooncake(_KVExperiment):
                          "tokens; the trace offers several times one GPU's 6,500 tok/s, so the replay clock stretches it "
                          "(replay_stretch) instead of queueing."),
             figures=figs,
-            tables=[Table("mooncake", _rows(rows, ("model", "label", "ttft_mean_s", "ttft_p90_s",
-                                                   "char",
-                                                   "ssd_writes_norm", "ssd_reads_norm",
-                                                   "ssd_writes_never_read_frac",
-                                                   "replay_stretch", "transfer_mean_s"))),
-                    Table("against the oracle frontier", _frontier(rows))])
+            tables=[Table("mooncake", _rows(whole, ("model", "label", "ttft_mean_s", "ttft_p90_s",
+                                                    "char", "ssd_writes_norm", "ssd_reads_norm",
+                                                    "ssd_writes_never_read_frac",
+                                                    "replay_stretch", "transfer_mean_s"))),
+                    Table("against the oracle frontier", _frontier(whole)),
+                    Table("each half alone (Qwen3-8B; h1 for development, h2 held out)", split)])
