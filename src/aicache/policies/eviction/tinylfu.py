@@ -36,6 +36,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+import xxhash
+
 from aicache.errors import BadInput
 from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
@@ -53,7 +55,8 @@ SEED1 = 0x12344321
 
 def xxh64_u64(value: int, seed: int) -> int:
     """XXH64 of the 8 little-endian bytes of ``value`` (mod 2**64), the only input the
-    sketch hashes; ``tests`` check it against the ``xxhash`` package."""
+    sketch hashes, written out so the sketch's hash is stated here; the sketch calls the
+    ``xxhash`` package's C version, and the tests check the two agree."""
     h = (seed + _P5 + 8) & _M64
     k = ((value & _M64) * _P2) & _M64
     k = (((k << 31) | (k >> 33)) & _M64) * _P1 & _M64
@@ -79,9 +82,10 @@ class CountingBloomFilter:
         self.counters = array("I", bytes(4 * self.n))
 
     def _positions(self, key: Key) -> list[int]:
-        v = key if isinstance(key, int) else hash(key)
-        a = xxh64_u64(v, SEED0) & 0xFFFFFFFF
-        b = xxh64_u64(v, SEED1) & 0xFFFFFFFF
+        v = (key if isinstance(key, int) else hash(key)) & _M64
+        raw = v.to_bytes(8, "little")  # the C hash; xxh64_u64 is the same function
+        a = xxhash.xxh64_intdigest(raw, SEED0) & 0xFFFFFFFF
+        b = xxhash.xxh64_intdigest(raw, SEED1) & 0xFFFFFFFF
         n = self.n
         return [((a + i * b) & 0xFFFFFFFF) % n for i in range(self.hashes)]
 
