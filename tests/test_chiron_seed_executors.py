@@ -25,7 +25,7 @@ from aicache.adaptive.executors import (
     SegmentedLRU,
     make_executor,
 )
-from aicache.adaptive.systems import make_system
+from aicache.datacache.policy.registry import make_system
 from aicache.errors import BadInput
 from aicache.policies.eviction.lru import LRU
 

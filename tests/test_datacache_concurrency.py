@@ -160,7 +160,7 @@ DAEMON_WORKER = textwrap.dedent("""
 def _pass_with_workers(tmp_path, use_daemon: bool) -> tuple[int, int, int, Any, str]:
     from aicache.datacache.daemon import PolicyDaemon
     from aicache.datacache.engine import make_engine_system
-    from aicache.datacache.policy import SystemDriver
+    from aicache.datacache.policy.driver import SystemDriver
 
     base = tmp_path / ("d" if use_daemon else "nod")
     src = base / "src"
@@ -271,8 +271,8 @@ class _CountingRemote(SlowFileSystem):
 
 def _next_block_system() -> Any:
     """alluxio (LRU, no prefetch) that also asks for block+1 on every access."""
-    from aicache.adaptive.system import DataCacheSystem
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.system import DataCacheSystem
+    from aicache.datacache.policy.registry import make_system
 
     inner = make_system("alluxio", 1 << 30, BLOCK)
 

@@ -284,7 +284,7 @@ class GarbageAdvisor:
 
 @pytest.mark.parametrize("kind", ["hanging", "garbage"])
 def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.registry import make_system
 
     advisor = HangingAdvisor() if kind == "hanging" else GarbageAdvisor()
     system = make_system("chiron", 1 << 30, BLOCK, advisor=advisor, runner="thread",
@@ -320,7 +320,7 @@ def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
 def test_a_policy_that_raises_never_fails_a_read(tmp_path, dataset) -> None:
     """A buggy system (every call raises): reads still return the right bytes, the budget
     still holds (the store evicts oldest-first), and the failures are counted."""
-    from aicache.adaptive.system import DataCacheSystem
+    from aicache.datacache.policy.system import DataCacheSystem
 
     class Broken(DataCacheSystem):
         name = "broken"

@@ -1,6 +1,6 @@
 """One contract, every data-cache system, driven through the real engine.
 
-Every registered system (:data:`aicache.adaptive.systems.SYSTEMS`), every bare eviction
+Every registered system (:data:`aicache.datacache.policy.registry.SYSTEMS`), every bare eviction
 name (``lru``: that policy with no prefetch) and a few ``EVICTION+PREFETCH`` pairs read a
 small dataset on a local directory through :class:`CacheEngine` with a cache far smaller
 than the data. After every read (prefetches drained, so nothing is in flight) the test
@@ -24,7 +24,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from aicache.adaptive.systems import SYSTEMS, ClairvoyantSystem, make_system
+from aicache.datacache.policy.registry import SYSTEMS, make_system
+from aicache.datacache.policy.baselines import ClairvoyantSystem
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.policies import EVICTION, make_eviction
 

@@ -27,7 +27,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from aicache.adaptive.systems import SYSTEMS, make_system
+from aicache.datacache.policy.registry import SYSTEMS, make_system
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.store import HEADER_SIZE
 from aicache.sim.datacache import BlockWorkload, CostModel, PhaseSegment, simulate_datacache

@@ -145,7 +145,7 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     bytes, while the model is still computing its answer; the answer, when it comes, is
     advice the gate judged or counted no-advice."""
     from aicache.adaptive.observer import DecisionLog
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.registry import make_system
     from aicache.datacache.engine import CacheEngine, EngineParams
     from aicache.testing import SlowFileSystem
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from aicache.adaptive.system import DataCacheSystem
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.cli.main import main
 from aicache.errors import BadInput
 from aicache.sim.datacache import (
@@ -238,7 +238,7 @@ class Checked(DataCacheSystem):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from aicache.adaptive.systems import make_system  # noqa: E402
+from aicache.datacache.policy.registry import make_system  # noqa: E402
 
 
 @settings(max_examples=25)
@@ -298,7 +298,7 @@ def _belady_bypass_hits(trace: list[int], cap: int) -> int:
 @settings(max_examples=40)
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=80), st.integers(1, 5))
 def test_clairvoyant_without_prefetch_is_belady(trace, cap):
-    from aicache.adaptive.systems import ClairvoyantSystem
+    from aicache.datacache.policy.baselines import ClairvoyantSystem
 
     sys_ = ClairvoyantSystem(trace, cap, lookahead=0)
     resident: set[int] = set()

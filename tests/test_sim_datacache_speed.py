@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aicache.adaptive.system import DataCacheSystem
-from aicache.adaptive.systems import make_system
+from aicache.datacache.policy.system import DataCacheSystem
+from aicache.datacache.policy.registry import make_system
 from aicache.sim.datacache import (
     _CHUNK,
     BlockWorkload,

@@ -60,8 +60,8 @@ from aicache.adaptive.executors import EXECUTOR_SETS, Executor, make_executor
 from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewScheduler
 from aicache.adaptive.gate import ConfidenceGate
 from aicache.adaptive.observer import ChironObserver, Judgement
-from aicache.adaptive.system import DataCacheSystem
 from aicache.adaptive.unit import UnitMapper
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 
 _EMPTY: tuple[int, ...] = ()

@@ -4,10 +4,10 @@ PyTorch DataLoader workers are separate processes, each seeing a fragment of the
 stream (worker 0 gets batches 0, 2, 4…). A policy per process would misread a sequential
 pass as strided and split the budget blindly (ARCHITECTURE.md). So fsspec clients opened
 with ``daemon=True`` do not build a policy: they talk to this daemon, which holds one
-:class:`~aicache.datacache.policy.SystemDriver` (the block map + the DataCacheSystem) for
+:class:`~aicache.datacache.policy.driver.SystemDriver` (the block map + the DataCacheSystem) for
 the whole directory. Clients still read and write the shared block files themselves (the
 store is multi-process safe on its own); only *decisions* cross the socket, one exchange
-per event of :class:`~aicache.datacache.policy.PolicyPort`: block ids, reads (→ prefetch
+per event of :class:`~aicache.datacache.policy.driver.PolicyPort`: block ids, reads (→ prefetch
 lists), inserts (→ admission and victims) and blocks the store lost.
 
 Protocol: a Unix socket at ``CACHE_DIR/policy.sock``; one JSON object per line each way,
@@ -41,10 +41,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aicache.datacache.policy import (
+from aicache.datacache.policy.blockmap import BlockMap
+from aicache.datacache.policy.driver import (
     AccessResult,
     Admission,
-    BlockMap,
     Placement,
     Source,
     SystemDriver,
@@ -258,7 +258,7 @@ class _Link:
 
 
 class DaemonPolicy:
-    """The :class:`~aicache.datacache.policy.PolicyPort`, answered by the directory's daemon
+    """The :class:`~aicache.datacache.policy.driver.PolicyPort`, answered by the directory's daemon
     (see module docstring).
 
     Never hangs a reader: each call waits at most ``call_timeout_s`` (for the connection's

@@ -1,12 +1,12 @@
 """CacheEngine: reads of remote files through the block store, driven by a DataCacheSystem.
 
-The engine drives a system through the same :class:`~aicache.datacache.policy.SystemDriver`
+The engine drives a system through the same :class:`~aicache.datacache.policy.driver.SystemDriver`
 the simulator uses (or the daemon's, through the same
-:class:`~aicache.datacache.policy.PolicyPort`). It owns the clock (injected;
+:class:`~aicache.datacache.policy.driver.PolicyPort`). It owns the clock (injected;
 ``time.monotonic()`` since the engine started by default), the bytes and the threads; the
 system owns every decision. The engine asks once per event — a demand read
-(→ :class:`~aicache.datacache.policy.AccessResult`), a fetched block
-(→ :class:`~aicache.datacache.policy.Placement`: admission and victims) — and applies the
+(→ :class:`~aicache.datacache.policy.driver.AccessResult`), a fetched block
+(→ :class:`~aicache.datacache.policy.driver.Placement`: admission and victims) — and applies the
 answer to the store, which evicts what it is told and never calls back up.
 
 Block ids (stable file → block mapping): the first time a file of directory ``D`` is read,
@@ -58,13 +58,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from aicache.adaptive.system import DataCacheSystem
 from aicache.datacache.budget import DEFAULT_FREE_SPACE_RATIO
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.policy import (
+from aicache.datacache.policy.driver import (
     AccessResult,
     Admission,
     Placement,
@@ -73,6 +72,7 @@ from aicache.datacache.policy import (
     SystemDriver,
     make_engine_system,
 )
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.datacache.store import (
     DEFAULT_CACHE_MODE,
     HEADER_SIZE,

@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from aicache.adaptive.system import DataCacheSystem
 from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 
 #: EngineParams fields under the names the filesystem takes them by

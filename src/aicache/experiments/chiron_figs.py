@@ -60,7 +60,7 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     """One Chiron run: ``workload, scale, seed, advisor`` (a spec, or ``llm:PATH`` for a
     transcript), ``chiron`` overrides, ``delay`` (``fixed`` or ``measured``). Returns the
     simulator's metrics plus what the grader's answer log shows."""
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.registry import make_system
     from aicache.sim.datacache import simulate_datacache
     from aicache.sim.grading import ChironGrader
 

@@ -133,7 +133,7 @@ def run_scenario(sc: Scenario, advisor: Advisor | str) -> dict[str, Any]:
     """Simulate ``sc`` with ``advisor`` (an instance or a spec); the result's dict plus the
     grader's answer log (``log``: judged answers with their phase labels) and, for measured delay, the delays used."""
     from aicache.adaptive.advisor.registry import make_advisor
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.registry import make_system
     from aicache.sim.datacache import load_workload, simulate_datacache
     from aicache.sim.grading import ChironGrader
 

@@ -497,7 +497,7 @@ def default_time_scale(params: JobParams, ds: JobDataset) -> float:
 
 def make_job_system(system: str, params: JobParams, ds: JobDataset, *, runner: str = "thread") -> Any:
     """The DataCacheSystem of ``system`` for this job (Chiron with the scaled clock)."""
-    from aicache.adaptive.systems import make_system
+    from aicache.datacache.policy.registry import make_system
 
     extra: dict[str, Any] = {}
     if system == "chiron":
@@ -525,7 +525,7 @@ def _policy_owner(system: str, params: JobParams, ds: JobDataset, cache_dir: str
         yield None
         return
     from aicache.datacache.daemon import PolicyDaemon
-    from aicache.datacache.policy import SystemDriver
+    from aicache.datacache.policy.driver import SystemDriver
 
     daemon = PolicyDaemon(cache_dir, SystemDriver(make_job_system(system, params, ds), ds.block_size))
     daemon.start_thread()

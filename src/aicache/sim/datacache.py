@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from aicache.adaptive.system import DataCacheSystem
-from aicache.adaptive.systems import make_system
-from aicache.datacache.policy import Admission, SystemDriver
+from aicache.datacache.policy.driver import Admission, SystemDriver
+from aicache.datacache.policy.registry import make_system
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
@@ -305,7 +305,7 @@ def simulate_datacache(
 
     ``workload``: a :class:`BlockWorkload`, a block-trace path (8 loader workers), or a
     workload name (generated at ``scale``).
-    ``system``: a name for :func:`~aicache.adaptive.systems.make_system` or an instance.
+    ``system``: a name for :func:`~aicache.datacache.policy.registry.make_system` or an instance.
     ``block_overhead``: bytes each stored block costs beyond its payload in the budget
     (0; a real store's header size models the engine's store exactly).
     ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the

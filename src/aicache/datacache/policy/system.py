@@ -2,7 +2,7 @@
 
 A system (``nocache``, ``juicefs``, ``alluxio``, ``juicefs-adaptive``, ``chiron``,
 ``clairvoyant``, an ``EVICTION+PREFETCH`` pair or a bare eviction name) is driven by one
-driver, :class:`aicache.datacache.policy.SystemDriver`, in the simulator
+driver, :class:`aicache.datacache.policy.driver.SystemDriver`, in the simulator
 (``aicache.sim.datacache``, virtual clock) and in the real engine
 (``aicache.datacache.engine``, wall clock, real bytes). It never does I/O and never reads
 a clock: the driver tells it ``now``.

@@ -1,6 +1,6 @@
 """The one driver of a data-cache system, shared by the simulator and the real engine.
 
-A :class:`~aicache.adaptive.system.DataCacheSystem` decides (what to prefetch, whether to
+A :class:`~aicache.datacache.policy.system.DataCacheSystem` decides (what to prefetch, whether to
 admit, what to evict); a :class:`SystemDriver` is the only caller of its ``on_*`` methods
 and keeps the bookkeeping every driver needs, once:
 
@@ -10,7 +10,8 @@ and keeps the bookkeeping every driver needs, once:
 * "evict until it fits": :meth:`SystemDriver.place` asks the system for victims while the
   block does not fit, and returns what to drop — the caller (the simulator's dict, the
   engine's store) removes exactly those, and never calls back up;
-* the *block map* (:class:`BlockMap`): stable file → block ids.
+* the *block map* (:class:`~aicache.datacache.policy.blockmap.BlockMap`): stable file →
+  block ids.
 
 The simulator calls :meth:`SystemDriver.access` / :meth:`SystemDriver.place` (single
 thread, no lock, no result object per read); the engine goes through the
@@ -23,26 +24,19 @@ the directory. The engine cannot tell them apart.
 Invariant (``tests/test_datacache_system_contract.py``, every registered system): after
 every event the driver's resident set equals the set of blocks the system holds, and a
 single engine's store holds exactly the driver's resident blocks.
-
-Block map (stable file → block ids): files of one directory, sorted by path, get
-consecutive ranges of ``ceil(size / block_size)`` ids (at least one) when the directory is
-first registered; ranges are handed out in registration order and never move. A file not
-in its directory's listing, or one that grew beyond its range, gets a fresh range at the
-end.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
 
-from aicache.adaptive.system import DataCacheSystem
-from aicache.adaptive.systems import make_system
+from aicache.datacache.policy.blockmap import BlockMap
+from aicache.datacache.policy.registry import make_system
+from aicache.datacache.policy.system import DataCacheSystem
 from aicache.datacache.store import BlockKey
 
 K = TypeVar("K")
@@ -137,69 +131,6 @@ class PrefetchLedger:
 
     def __len__(self) -> int:
         return len(self._unread)
-
-
-class BlockMap:
-    """path → (first block id, number of blocks); id → (path, index). Thread-safe."""
-
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
-        self._lock = threading.Lock()
-        self._bases: list[int] = []
-        self._files: list[tuple[str, int]] = []  # parallel to _bases
-        self._of: dict[str, tuple[int, int]] = {}
-        self._next = 0
-
-    def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
-        """Give each (path, size) a range unless it has one that fits; paths are taken in
-        sorted order. Returns the ranges of all of them."""
-        with self._lock:
-            for path, size in sorted(files):
-                self._alloc(path, size)
-            return {p: self._of[p] for p, _s in files}
-
-    def _alloc(self, path: str, size: int) -> None:
-        n = max(1, math.ceil(size / self.block_size))
-        have = self._of.get(path)
-        if have is not None and have[1] >= n:
-            return
-        base = self._next
-        self._next += n
-        self._of[path] = (base, n)
-        self._bases.append(base)
-        self._files.append((path, n))
-
-    def learn(self, ranges: dict[str, tuple[int, int]]) -> None:
-        """Adopt ranges decided elsewhere (a daemon client caching the daemon's map)."""
-        with self._lock:
-            for path, (base, n) in ranges.items():
-                if self._of.get(path) == (base, n):
-                    continue
-                self._of[path] = (base, n)
-                i = bisect.bisect_left(self._bases, base)
-                self._bases.insert(i, base)
-                self._files.insert(i, (path, n))
-
-    def ranges(self) -> dict[str, tuple[int, int]]:
-        """path → (first block id, number of blocks) of every registered file."""
-        with self._lock:
-            return dict(self._of)
-
-    def base(self, path: str) -> int | None:
-        r = self._of.get(path)
-        return None if r is None else r[0]
-
-    def locate(self, bid: int) -> tuple[str, int] | None:
-        with self._lock:
-            i = bisect.bisect_right(self._bases, bid) - 1
-            if i < 0:
-                return None
-            path, n = self._files[i]
-            base = self._bases[i]
-        idx = bid - base
-        if idx >= n or self._of.get(path, (None, 0))[0] != base:
-            return None
-        return path, idx
 
 
 class PolicyPort(Protocol):
@@ -386,7 +317,7 @@ class SystemDriver(Generic[K]):
 
 def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
                        advisor: object = None, seed: int = 0) -> DataCacheSystem:
-    """A system for a real engine, by name (:func:`~aicache.adaptive.systems.make_system`:
+    """A system for a real engine, by name (:func:`~aicache.datacache.policy.registry.make_system`:
     chiron, juicefs, ``lru+stride``, a bare eviction name…) or as given. Chiron's advisor
     runs on its own thread in a real engine (never on the read path)."""
     if isinstance(policy, DataCacheSystem):
