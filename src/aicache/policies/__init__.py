@@ -30,6 +30,9 @@ EVICTION.register("wtinylfu", f"{_E}.tinylfu:WTinyLFU", "W-TinyLFU: LRU window +
 EVICTION.register("lhd", f"{_E}.lhd:LHD", "LHD: least hit density, sampled (NSDI'18)")
 EVICTION.register("gdsf", f"{_E}.gdsf:GDSF", "Greedy-Dual-Size-Frequency, libcachesim's order (may bypass)")
 EVICTION.register("belady", f"{_E}.belady:Belady", "offline optimum from next-access times")
+EVICTION.register("eager", f"{_E}.eager:EagerEviction", "eager: read blocks first, most recently read first (Chiron, sequential)")
+EVICTION.register("eager-seed", f"{_E}.eager:SeedEagerEviction", "eager as published: read blocks first, least recently read first")
+EVICTION.register("slru", f"{_E}.slru:SegmentedLRU", "segmented LRU: probation, then protected re-read blocks (Chiron, skewed)")
 EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no eviction: refuse inserts when full")
 
 PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
