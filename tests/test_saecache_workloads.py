@@ -174,6 +174,8 @@ def test_inlined_routing_equals_reference(seed: int) -> None:
         multi, sq = pol._multi, pol._sq
         for decode in (False, True):
             v.decode = decode
+            if decode:
+                pol.begin_decode(float(n))  # the simulator's phase hook
             ref.phase()
             seen: set[int] = set()
             for i in range(k - 1, -1, -1):

@@ -13,10 +13,11 @@ no I/O, randomness only injected):
 * ``on_hit(key, i, now)`` — block ``i`` of the view is resident and was accessed.
 * ``on_insert(key, tokens, i, now)`` — block ``i`` was stored.
 * ``victim(now)`` — choose a resident key, forget it, return it.
+* ``begin_decode(now)`` — the prompt's blocks were handled; the decode phase's follow.
 * ``end(now)`` — the request's blocks were all handled.
 
-During the decode phase the simulator sets ``view.decode = True`` and ``view.block_types``
-to the decoded blocks' types; ``i`` then indexes those.
+For the decode phase the simulator sets ``view.decode = True`` and ``view.block_types``
+to the decoded blocks' types, then calls ``begin_decode``; ``i`` then indexes those.
 
 Invariant (tested): the keys a policy holds are exactly the keys the cache holds.
 """
@@ -84,6 +85,9 @@ class PrefixPolicy(ABC):
 
     def begin(self, view: RequestView, now: float) -> None:
         self.view = view
+
+    def begin_decode(self, now: float) -> None:
+        """The view now describes the request's decode phase (see module docstring)."""
 
     def end(self, now: float) -> None:
         pass

@@ -435,6 +435,9 @@ class SAECache(PrefixPolicy):
         if learn and self._requests % self.p.update_every == 0:
             self._learn_boundary()
 
+    def begin_decode(self, now: float) -> None:
+        self._tcache = None  # the per-block paths convert the decode phase's types once
+
     def end(self, now: float) -> None:
         if not self.p.learn:
             return
@@ -556,8 +559,8 @@ class SAECache(PrefixPolicy):
     # weights never punch holes into a cached prefix.
     def on_hit(self, key: Key, i: int, now: float) -> None:
         b = self._blocks[key]
-        types = self._tcache
-        if types is None or self.view.decode != self._run_decode:
+        types = self._tcache  # None at each phase start (begin, begin_decode)
+        if types is None:
             types = self._types()
         tau = b.tau
         if self._learn:
@@ -603,8 +606,8 @@ class SAECache(PrefixPolicy):
                 self._o_max_seen = i
 
     def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
-        types = self._tcache
-        if types is None or self.view.decode != self._run_decode:
+        types = self._tcache  # None at each phase start (begin, begin_decode)
+        if types is None:
             types = self._types()
         tau = types[i] if i < len(types) else NT - 1
         ghost = self._ghost.pop(key, None) if self._ghost else None
@@ -663,7 +666,43 @@ class SAECache(PrefixPolicy):
             self._res_tokens[0] -= b.tokens
             self._res_count[0] -= 1
         else:
-            b = self._victim_main(now)
+            # the minimum-P block of the structural/chat/agentic queues: the minimum over
+            # group heads, kept in a heap valid for one (now, parameter version) (see the
+            # module docstring); written inline, as this runs once per scored eviction
+            if now != self._hnow or self._version != self._hver:
+                self._rebuild(now)
+            heap = self._heap
+            groups = self._groups
+            while True:
+                if not heap:
+                    raise LookupError("victim() on an empty SAECache")
+                _, seq, gid = heap[0]
+                g = groups[gid]
+                if not g:
+                    heapq.heappop(heap)
+                    continue
+                b = next(iter(g.values()))
+                if b.seq != seq:  # stale head: re-enter the group with its current head
+                    heapq.heapreplace(heap, (self._prio(b, now), b.seq, gid))
+                    continue
+                break
+            del g[b.key]  # = _unplace(b), inlined
+            q = b.q
+            self._res_tokens[q] -= b.tokens
+            self._res_count[q] -= 1
+            if g:
+                nb = next(iter(g.values()))
+                # = self._prio(nb, now), inlined (nb is in the same group as b: same q, gid)
+                dt = now - nb.last
+                c = self._gc.get(gid)
+                if c is None:
+                    c = self._group_const(gid)
+                if q > 1 and self._lognormal and dt > 0.0:
+                    c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
+                heapq.heapreplace(heap, (c / (dt + self._delta), nb.seq, gid))
+            else:
+                heapq.heappop(heap)
+                self._nonempty.discard(gid)
         key = b.key
         del self._blocks[key]
         if self._learn:
@@ -683,43 +722,6 @@ class SAECache(PrefixPolicy):
             b.sid = None  # the record is reused by a later insert; keep no session alive
             free.append(b)
         return key
-
-    def _victim_main(self, now: float) -> _Blk:
-        """Pop the minimum-P block of the structural/chat/agentic queues (see the module
-        docstring: the minimum over group heads, kept in a heap valid for one ``now``)."""
-        if now != self._hnow or self._version != self._hver:
-            self._rebuild(now)
-        heap = self._heap
-        groups = self._groups
-        while heap:
-            _, seq, gid = heap[0]
-            g = groups[gid]
-            if not g:
-                heapq.heappop(heap)
-                continue
-            b = next(iter(g.values()))
-            if b.seq != seq:  # stale head: re-enter the group with its current head
-                heapq.heapreplace(heap, (self._prio(b, now), b.seq, gid))
-                continue
-            del g[b.key]  # = _unplace(b), inlined
-            q = b.q
-            self._res_tokens[q] -= b.tokens
-            self._res_count[q] -= 1
-            if g:
-                nb = next(iter(g.values()))
-                # = self._prio(nb, now), inlined (nb is in the same group as b: same q, gid)
-                dt = now - nb.last
-                c = self._gc.get(gid)
-                if c is None:
-                    c = self._group_const(gid)
-                if q > 1 and self._lognormal and dt > 0.0:
-                    c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
-                heapq.heapreplace(heap, (c / (dt + self._delta), nb.seq, gid))
-            else:
-                heapq.heappop(heap)
-                self._nonempty.discard(gid)
-            return b
-        raise LookupError("victim() on an empty SAECache")
 
     def _rebuild(self, now: float) -> None:
         """The heap of group heads at ``now`` (``_prio`` inlined: this runs once per

@@ -271,6 +271,7 @@ def simulate(requests: Sequence[KVRequest], policy: str | PrefixPolicy, capacity
             if out_ids:
                 view.decode = True
                 view.block_types = out_types
+                pol.begin_decode(now)
                 osz = _output_sizes(r, len(out_ids))
                 first = r.input_length // r.block_tokens
                 root: int | None = ids[first - 1] if 0 < first <= len(ids) else None
