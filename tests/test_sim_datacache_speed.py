@@ -57,6 +57,7 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
     tick = system.tick
     grader = ChironGrader()
     observe = grader.observe_label if grader.attach(system) else None
+    system.use_metadata(wl.file_extents().get)
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal used, evictions, rejected, pf_pending

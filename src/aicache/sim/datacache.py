@@ -128,6 +128,24 @@ class BlockWorkload:
         for ids in self.source(i):
             yield ids, sizes[ids], unit_codes[ids]
 
+    def file_extents(self) -> dict[str, tuple[int, int]]:
+        """Each file's (first, last) block id: the block table as a stat of every file gives
+        it (a trace file's table holds only the blocks it reads)."""
+        codes = np.asarray(list(self.block_unit_of) if isinstance(self.block_unit_of, list)
+                           else list(self.block_unit_of.values()), dtype=np.int64)
+        blocks = (np.arange(codes.size, dtype=np.int64) if isinstance(self.block_unit_of, list)
+                  else np.asarray(list(self.block_unit_of.keys()), dtype=np.int64))
+        out: dict[str, tuple[int, int]] = {}
+        if not codes.size:
+            return out
+        order = np.lexsort((blocks, codes))
+        c, b = codes[order], blocks[order]
+        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        ends = np.r_[starts[1:], c.size] - 1
+        for s0, e0 in zip(starts.tolist(), ends.tolist()):
+            out[self.units[int(c[s0])]] = (int(b[s0]), int(b[e0]))
+        return out
+
     def all_ids(self) -> np.ndarray:
         """Every read's block id (materialised: only for consumers that need the whole
         future, such as the clairvoyant bound)."""
@@ -343,6 +361,7 @@ def simulate_datacache(
     else:
         sysobj, sysname = system, getattr(system, "name", type(system).__name__)
     grader = grader or ChironGrader()
+    sysobj.use_metadata(wl.file_extents().get)
     try:
         return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead),
                     sysname, capacity, cm, grader if grader.attach(sysobj) else None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -71,6 +71,11 @@ class PolicySystem(DataCacheSystem):
 
     def on_prefetch_wasted(self, block: int, now: float) -> None:
         self.prefetcher.on_prefetch_wasted(block, now)
+
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
+        use = getattr(self.prefetcher, "use_metadata", None)  # file-aware prefetchers (SFP)
+        if use is not None and self.file_level:
+            use(extent_of)
 
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         if self._refused and block in self._refused:

@@ -39,6 +39,10 @@ def _pair(name: str, eviction: str, prefetch: str) -> SystemFactory:
         params.pop("advisor", None)
         params.pop("trace", None)
         params.pop("labels", None)
+        if eviction == "lecar":
+            # a data cache's capacity is bytes but its entries are blocks: LeCaR's discount
+            # counts entries, as its paper defines it (see policies/eviction/lecar.py)
+            params["eviction_params"] = {"discount": "entries", **(params.get("eviction_params") or {})}
         return PolicySystem(name, eviction, prefetch, capacity_bytes, seed=seed, **params)
 
     return make

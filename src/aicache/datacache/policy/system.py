@@ -28,7 +28,7 @@ The driver calls ``on_remove`` for blocks it drops itself (corrupt, lost, invali
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
 
@@ -68,6 +68,11 @@ class DataCacheSystem(ABC):
 
     def tick(self, now: float) -> None:
         """Background work due at ``now`` (advisor results, routine reviews)."""
+
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
+        """The driver's file metadata: ``extent_of(file)`` = (first, last) block id of a
+        file (as a stat gives it), None when unknown. Called once, before any access; a
+        system that reads ahead by file uses it (the default ignores it)."""
 
     def stats(self) -> dict[str, Any]:
         """Counters for metrics: advisor calls/tokens, switches, active pattern per unit."""

@@ -14,6 +14,13 @@ are renormalised (with libCacheSim's 1e-10 guards).
 
 Only the random stream differs from libCacheSim (its own generator vs. our injected
 ``random.Random``), so miss ratios agree statistically, not request by request.
+
+``discount="entries"`` takes ``c`` as the cache's capacity in *entries*, as the LeCaR paper
+defines it, where libCacheSim's ``c`` is the capacity in the cache's unit (bytes when sizes
+count): over a byte budget that unit makes the discount ``0.005 ** (1 / bytes)``, about 1,
+so a regret from long ago weighs as much as a fresh one. With entries, ``c`` is the number
+of resident entries when the first eviction is due (the cache is full then; with equal
+sizes it is ``capacity // size``), so with unit sizes both forms are the same policy.
 """
 
 from __future__ import annotations
@@ -33,11 +40,14 @@ class LeCaR(EvictionPolicy):
     name = "lecar"
     sees_misses = True
     __slots__ = ("_lru", "_lfu", "_hist_lru", "_hist_lfu", "_hist_lru_used", "_hist_lfu_used",
-                 "_size", "w_lru", "w_lfu", "lr", "dr", "_vtime", "_hist_cap")
+                 "_size", "w_lru", "w_lfu", "lr", "dr", "_vtime", "_hist_cap", "_dr_base",
+                 "_dr_pending")
 
     def __init__(self, capacity: int, *, learning_rate: float = 0.45,
-                 discount_base: float = 0.005, **kw: Any) -> None:
+                 discount_base: float = 0.005, discount: str = "capacity", **kw: Any) -> None:
         super().__init__(capacity, **kw)
+        if discount not in ("capacity", "entries"):
+            raise ValueError(f"discount={discount!r}: 'capacity' (libCacheSim's) or 'entries' (the paper's)")
         self._lru: OrderedDict[Key, None] = OrderedDict()
         self._lfu = FreqBuckets()
         # history: key -> (size, eviction vtime), most recent last
@@ -49,6 +59,9 @@ class LeCaR(EvictionPolicy):
         self.w_lru = self.w_lfu = 0.5
         self.lr = learning_rate
         self.dr = discount_base ** (1.0 / capacity) if capacity > 0 else 0.0
+        self._dr_base = discount_base
+        #: entries: ``dr`` is set at the first eviction, from the entries resident then
+        self._dr_pending = discount == "entries"
         self._vtime = 0
 
     def _penalise(self, evicted_at: int, lru_erred: bool) -> None:
@@ -90,6 +103,9 @@ class LeCaR(EvictionPolicy):
         self._size[key] = size
 
     def victim(self, now: float) -> Key:
+        if self._dr_pending:
+            self._dr_pending = False
+            self.dr = self._dr_base ** (1.0 / len(self._size))
         lru_key = next(iter(self._lru))
         lfu_key = self._lfu.peek_min()
         if lru_key == lfu_key:

@@ -4,8 +4,11 @@ A first-order Markov table of file → next-file transitions, learned online fro
 in which files are opened (``unit`` here is the *file*, not the directory). When a read
 enters a new file ``f``, SFP prefetches the blocks of ``f``'s most likely successors (by
 transition count, ties by first observation) and the rest of ``f`` itself, up to a window
-of ``window`` blocks. A file's block extent is learned from the reads seen so far
-(lowest..highest block id read in it).
+of ``window`` blocks. A file's block extent comes from the file system's metadata
+when the driver gives it (:meth:`SFPPrefetcher.use_metadata`: a file's size is known at
+open, as JuiceFS knows it, so SFP reads ahead in a file it has not read yet); otherwise it
+is learned from the reads seen so far (lowest..highest block id read in it), which cannot
+read ahead in a file on its first read.
 
 The window is AIMD: +1 per prefetched block that is read, halved per prefetched block
 evicted unread, within ``[min_window, max_window]``; ``sfp-128`` caps it at 128 blocks.
@@ -17,7 +20,7 @@ predicts nothing, while a repeated sequential pass is learned after one traversa
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from aicache.policies.base import PrefetchPolicy
 
@@ -55,6 +58,21 @@ class SFPPrefetcher(PrefetchPolicy):
         #: file -> [lowest, highest] block id read
         self.extent: dict[Hashable, list[int]] = {}
         self._last_file: Hashable | None = None
+        #: file -> (first block, last block) from metadata, or None when unknown
+        self._meta: Callable[[Hashable], tuple[int, int] | None] | None = None
+
+    def use_metadata(self, extent_of: Callable[[Hashable], tuple[int, int] | None]) -> None:
+        """Take file extents from metadata: ``extent_of(file)`` = (first, last) block id of
+        the file, or None when unknown (then the learned extent is used)."""
+        self._meta = extent_of
+
+    def _extent(self, file: Hashable) -> tuple[int, int]:
+        if self._meta is not None:
+            ext = self._meta(file)
+            if ext is not None:
+                return ext
+        lo, hi = self.extent[file]
+        return lo, hi
 
     @property
     def table(self) -> dict[Hashable, dict[Hashable, int]]:
@@ -100,14 +118,14 @@ class SFPPrefetcher(PrefetchPolicy):
         self._last_file = unit
         budget = self.window
         out: list[int] = []
-        lo, hi = self.extent[unit]
+        hi = self._extent(unit)[1]
         for b in range(block + 1, hi + 1):  # the rest of this file, as far as we know it
             if budget == 0:
                 return out
             out.append(b)
             budget -= 1
         for f in self.predict(unit):
-            flo, fhi = self.extent[f]
+            flo, fhi = self._extent(f)
             for b in range(flo, fhi + 1):
                 if budget == 0:
                     return out
