@@ -240,6 +240,8 @@ class CacheEngine:
             self.policy = SystemDriver[BlockKey](
                 make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
                 p.block_size, capacity=self.store.capacity, overhead=HEADER_SIZE)
+            # file extents from the block map, as the simulator gives its block table
+            self.policy.system.use_metadata(self._extent_of_unit)
         self.metrics = EngineMetrics(self._snapshot)
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()
@@ -507,6 +509,18 @@ class CacheEngine:
             # own, i.e. one unit (with its own statistics and reviews) per top-level file
             return rel if "/" in rel else "./" + rel
         return path
+
+    def _extent_of_unit(self, unit: str) -> tuple[int, int] | None:
+        """The block range of the file :meth:`unit_of` named ``unit`` (its inverse), from the
+        local block map; None while the file is not registered."""
+        assert isinstance(self.policy, SystemDriver)
+        bmap = self.policy.map
+        r = self._root
+        if r and not unit.startswith(r):
+            ext = bmap.extent(f"{r}/{unit[2:] if unit.startswith('./') else unit}")
+            if ext is not None:
+                return ext
+        return bmap.extent(unit)
 
     # -- reads --------------------------------------------------------------------------------
     def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:

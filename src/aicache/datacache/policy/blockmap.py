@@ -65,6 +65,12 @@ class BlockMap:
         r = self._of.get(path)
         return None if r is None else r[0]
 
+    def extent(self, path: str) -> tuple[int, int] | None:
+        """(first, last) block id of a registered file (files are registered when listed or
+        opened), None for a file not registered yet."""
+        r = self._of.get(path)
+        return None if r is None else (r[0], r[0] + r[1] - 1)
+
     def locate(self, bid: int) -> tuple[str, int] | None:
         with self._lock:
             i = bisect.bisect_right(self._bases, bid) - 1
