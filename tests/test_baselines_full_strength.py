@@ -89,3 +89,15 @@ def test_simulator_hands_file_extents_from_the_block_table() -> None:
     t1 = load_workload("T1", scale=0.02, seed=0)
     d = simulate_datacache(t1, "lru+sfp").to_dict()
     assert d["prefetched_blocks"] > 0 and d["chr"] > 0
+
+
+def test_next_fixed_reads_ahead_on_every_read_without_detection() -> None:
+    from aicache.policies import PREFETCH
+    from aicache.policies.prefetch.stride import FixedStridePrefetcher
+
+    blind = PREFETCH.get("next-fixed")(depth=3)
+    detecting = FixedStridePrefetcher(depth=3)
+    trace = [40, 7, 93, 15, 61]  # a random stream: no stride to detect
+    assert [list(blind.on_access("u", b, False, float(t))) for t, b in enumerate(trace)] == \
+        [[b + 1, b + 2, b + 3] for b in trace]
+    assert all(not detecting.on_access("u", b, False, float(t)) for t, b in enumerate(trace))

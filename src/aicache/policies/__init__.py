@@ -38,6 +38,7 @@ EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no evictio
 PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
 PREFETCH.register("stride", "aicache.policies.prefetch.stride:StridePrefetcher", "stride detection, adaptive depth")
 PREFETCH.register("stride-fixed", "aicache.policies.prefetch.stride:FixedStridePrefetcher", "stride detection, fixed depth")
+PREFETCH.register("next-fixed", "aicache.policies.prefetch.stride:NextBlocksPrefetcher", "next N blocks on every read, no detection")
 PREFETCH.register("readahead", "aicache.policies.prefetch.stride:ReadaheadPrefetcher", "JuiceFS sequential readahead")
 PREFETCH.register("sample-rest", "aicache.policies.prefetch.stride:SampleRestPrefetcher", "rest of a multi-block sample on its first block")
 PREFETCH.register("neighborhood", "aicache.policies.prefetch.neighborhood:NeighborhoodPrefetcher", "on a miss, nearby blocks")

@@ -156,6 +156,24 @@ class FixedStridePrefetcher(StridePrefetcher):
         super().__init__(adaptive=False, depth=depth, **kw)
 
 
+class NextBlocksPrefetcher(PrefetchPolicy):
+    """Sequential prefetching at a fixed depth with no pattern detection: every read of
+    block ``b`` asks for ``b+1 .. b+depth`` (the driver skips those resident or in flight,
+    so a sequential pass costs about one new request per read). Unlike
+    :class:`FixedStridePrefetcher` it also fires on a random stream, where the blocks it
+    brings in are rarely read: the cache pollution a pattern-aware policy avoids."""
+
+    name = "next-fixed"
+
+    def __init__(self, *, depth: int = 8) -> None:
+        if depth < 1:
+            raise ValueError("need depth >= 1")
+        self.depth = depth
+
+    def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
+        return range(block + 1, block + 1 + self.depth)
+
+
 class ReadaheadPrefetcher(StridePrefetcher):
     """JuiceFS-like sequential readahead: step +1 only, adaptive (AIMD) depth."""
 
