@@ -206,3 +206,23 @@ def test_hybrid_replay_charges_checkpoints_and_reuses_only_to_one() -> None:
     q35 = get_model("qwen3.5-9b")
     assert m["hit_blocks"] == 16 and m["achievable_blocks"] == 16
     assert m["ssd_write_bytes"] == 20 * q35.block_bytes + q35.checkpoint_bytes
+
+
+def test_cli_ssd_model_flags(tmp_path, capsys) -> None:
+    import json
+
+    from aicache.cli.main import main
+    from aicache.traces.io import write_kv_jsonl
+
+    path = tmp_path / "t.jsonl"
+    write_kv_jsonl(str(path), TRACE)
+    assert main(["sim", "kv", "--trace", str(path), "--system", "full-duplicate",
+                 "--ssd-devices", "2", "--disk-write-gbps", "5", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["ssd_devices"] == 2 and m["ssd_write_model"] == "queued"
+    assert main(["sim", "kv", "--trace", str(path), "--ssd-writes", "instant", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ssd_write_model"] == "instant"
+    for bad, name in ((["--ssd-devices", "0"], "--ssd-devices"),
+                      (["--ssd-writes", "sometimes"], "ssd writes")):
+        assert main(["sim", "kv", "--trace", str(path), *bad]) == 2
+        assert name in capsys.readouterr().err
