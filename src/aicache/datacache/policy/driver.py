@@ -86,7 +86,7 @@ class Placement(Generic[K]):
     victims: Sequence[Victim[K]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AccessResult:
     """The answer to one demand read: whether the system held the block, what it wants
     prefetched (may name resident blocks), and whether the read used an unread prefetch."""
@@ -180,7 +180,7 @@ class SystemDriver(Generic[K]):
         self.ledger = PrefetchLedger()
         self.evictions = 0
         self.prefetch_used = 0
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # the port's methods; the core methods never take it
         self._ticks = getattr(type(system).tick, "__code__", None) is not DataCacheSystem.tick.__code__
 
     @property
