@@ -35,9 +35,12 @@ def test_transcript_answers_every_prompt_of_its_scenario(name: str) -> None:
     entries = _entries(sc.transcript)
     assert "missing key" not in replay.counters.errors and replay.reused == 0
     assert replay.counters.calls == len(entries) == first["advisor_calls"]
-    # the server's own usage, summed over the answers that parsed
+    # the server's own usage, summed over the answers that parsed and arrived before the end
+    # (with measured latency the last answer may land after the workflow finished: never judged)
+    judged = entries[: len(first["log"])]
+    assert sc.delay == "measured" or len(judged) == len(entries)
     assert first["advisor_input_tokens"] == sum(
-        e["usage"].get("prompt_tokens", 0) for e in entries if e["error"] is None)
+        e["usage"].get("prompt_tokens", 0) for e in judged if e["error"] is None)
     tau = 0.0 if sc.params().get("gate") is False else 0.70
     accepted = [e for e in first["log"] if e["accepted"]]
     assert all(e["confidence"] >= tau for e in accepted)

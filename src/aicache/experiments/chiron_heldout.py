@@ -52,7 +52,7 @@ class HeldOut(Experiment):
     name = "chiron-heldout"
     title = "Chiron on held-out workflows (H1–H5, seeds 100–104) and T1–T6 over seeds 0–9"
     reproduces = "issue 19 must-show 4 (beyond the seed)"
-    full_wall_time = "about 6 min on 2 cores (125 held-out + 300 task cells, scale 1.0)"
+    full_wall_time = "about 15 min on 2 busy cores (125 held-out + 300 task cells, scale 1.0)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         scale = 0.02 if quick else 1.0
