@@ -167,3 +167,21 @@ def test_cli_executors_flag_is_the_chiron_seed_system() -> None:
     assert a == b and a["params"]["executors"] == "seed" and c["params"]["executors"] == "ours"
     bad = _cli(*base, "--system", "juicefs", "--executors", "seed")
     assert bad.returncode == 2 and "--executors applies to --system chiron" in bad.stderr
+
+
+def test_mount_executors_flag_maps_to_chiron_seed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import argparse
+
+    from aicache.cli.mount import add_engine_args, engine_config
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    base = ["--cache-dir", str(tmp_path / "c"), "--cache-size", "1GiB"]
+    args = p.parse_args([*base, "--executors", "seed"])
+    engine_config(args)
+    assert args.policy == "chiron-seed"  # what the engine (and a daemon) is then built with
+    args = p.parse_args([*base, "--policy", "juicefs", "--executors", "seed"])
+    with pytest.raises(BadInput, match="--executors applies to --policy chiron"):
+        engine_config(args)
+    bad = _cli("mount", str(tmp_path), str(tmp_path), *base, "--policy", "alluxio", "--executors", "seed")
+    assert bad.returncode == 2 and "--executors applies to --policy chiron" in bad.stderr
