@@ -4,8 +4,10 @@ A multi-turn replay: ``--sessions`` conversations of ``--turns`` turns, interlea
 robin (turn t of every session, then turn t+1), each turn's prompt the previous one plus
 ``--new-chunks`` new 32-token chunks; a session's first prompt starts with a shared
 2-chunk system prefix and ``--first-chunks`` of its own. Between two turns of one session
-the others run, so its prefix leaves the engine's cache and the host-DRAM tier (8 chunks)
-and is served by the SSD tier or recomputed. Each system runs in its own process with the
+the others run, so its prefix leaves the engine's cache and the host-DRAM tier
+(``--dram-chunks``) and is served by the SSD tier or recomputed. The DRAM tier must hold
+one whole request's new chunks: vLLM's host tier refuses a store that does not fit as a
+whole, and a refused store reaches no secondary tier. Each system runs in its own process with the
 same tiny random-weight Llama (``--hidden``, ``--layers``) on the CPU copy worker:
 
 * ``fs``    — vLLM's ``fs`` tier (writes every chunk the DRAM tier stores);
@@ -66,7 +68,7 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
     root = work / "ssd"
     extra: dict[str, object] = {
         "spec_name": "CPUCopyTieringSpec", "spec_module_path": "aicache.integrations.vllm.cpu_worker",
-        "cpu_bytes_to_use": 8 * chunk}
+        "cpu_bytes_to_use": a.dram_chunks * chunk}
     if system == "fs":
         extra["secondary_tiers"] = [{"type": "fs", "root_dir": str(root),
                                      "n_read_threads": 2, "n_write_threads": 2}]
@@ -113,6 +115,7 @@ def main() -> None:
     ap.add_argument("--first-chunks", type=int, default=6)
     ap.add_argument("--new-chunks", type=int, default=2)
     ap.add_argument("--admission", default="E2")
+    ap.add_argument("--dram-chunks", type=int, default=20)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--drive-gib", type=int, default=1024)
@@ -151,7 +154,7 @@ def main() -> None:
         "ttft_mean_saria_over_none": sa["ttft_mean_s"] / res["none"]["ttft_mean_s"],
     }
     out = {"systems": res, "ratios": ratios, "admission": a.admission,
-           "sessions": a.sessions, "turns": a.turns}
+           "sessions": a.sessions, "turns": a.turns, "dram_chunks": a.dram_chunks}
     if a.json:
         print(json.dumps(out, indent=2))
         return

@@ -85,6 +85,18 @@ def test_e2_declines_chunks_seen_once(tmp_path):
     h.close()
 
 
+def test_lookup_before_a_first_store_is_not_an_eviction(tmp_path):
+    """A request looks its chunks up before computing them: a chunk never offered has no
+    counters, so its first store is a first offer (E2 declines it), as in the simulator."""
+    h = Host(8, saria(tmp_path, admission="E2"))
+    data: dict = {}
+    assert h.get(keys(0, 4))[0] == [MISS]  # the first chunk's lookup misses
+    flush(h, 0, 4, data)
+    m = h.tier.metrics()
+    assert m["admissions_declined"] == 4 and m["chunks_written"] == 0
+    h.close()
+
+
 def test_capacity_never_exceeded_and_hits_return_stored_bytes(tmp_path):
     rng = random.Random(3)
     cap = 12

@@ -8,8 +8,11 @@ carry:
 
 * a store offered again for a key this tier has seen means the chunk left DRAM and was
   recomputed: ``E_b += 1`` (an eviction boundary);
-* a lookup of a key means the chunk left DRAM and a request wants it: ``R_b += 1`` (once
-  per request and key, however often the manager retries).
+* a lookup of a key the tier has seen offered means the chunk left DRAM and a request
+  wants it: ``R_b += 1`` (once per request and key, however often the manager retries).
+  A chunk never offered has no counters (the simulator's index has no node for it), so a
+  request's lookup of a chunk it is about to compute does not make its first store count
+  as an eviction (:class:`~aicache.integrations.chunk_tier.AdmissionGate`).
 
 With prewrite (SARIA's default) a re-offered chunk is written when ``E_b + 1 ≥ θ_E`` or
 ``R_b ≥ θ_R`` — at its second entry into DRAM under ``E2``, the eviction it is about to
@@ -42,7 +45,6 @@ from __future__ import annotations
 import hashlib
 import queue
 import time
-from collections import OrderedDict
 from collections.abc import Collection, Iterable
 import threading
 from collections import deque
@@ -59,6 +61,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from aicache.errors import BadInput
+from aicache.integrations.chunk_tier import AdmissionGate
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.saria import AdmissionRule, KVIndexParams
@@ -76,14 +79,6 @@ StoreKey = tuple[str, bytes]  #: (namespace, block hash) — how the store names
 class ChunkState(Enum):
     WRITING = 1  #: admitted, write in flight: lookups answer RETRY
     STORED = 2   #: on the SSD: lookups answer HIT
-
-
-@dataclass(slots=True)
-class _Evidence:
-    """SARIA's counters for a chunk this tier has seen (held or not)."""
-
-    E: int = 0
-    R: int = 0
 
 
 @dataclass(slots=True)
@@ -166,9 +161,9 @@ class SariaSSDTier(SecondaryTierManager):
             slab_bytes=min(int(slab_bytes), int(ssd_bytes))))
         self._ns_base = _namespace_base(offloading_spec, row)
         self._state: dict[StoreKey, ChunkState] = {}
-        self._evidence: OrderedDict[StoreKey, _Evidence] = OrderedDict()
         n_slots = self._store.ssd.n_slots if self._store.ssd is not None else 0
-        self._evidence_cap = int(metadata_entries) if metadata_entries else 8 * max(1, n_slots)
+        self._gate = AdmissionGate(self.rule, self.prewrite, int(metadata_entries)
+                                   if metadata_entries else 8 * max(1, n_slots))
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._ready: list[JobResult] = []
         self._events: list[OffloadingEvent] = []
@@ -201,6 +196,7 @@ class SariaSSDTier(SecondaryTierManager):
             for key, node in ((root.children or {}).items() if root is not None else ()):
                 if node.kv_loc & _SSD and isinstance(key, bytes):
                     self._state[(str(ns), key)] = ChunkState.STORED
+                    self._gate.learn((str(ns), key))
         self.m.recovered_chunks = len(self._state)
 
     # ------------------------------------------------------------------ scheduler side
@@ -216,7 +212,7 @@ class SariaSSDTier(SecondaryTierManager):
             req_context.set_state(seen)
         if sk not in seen.keys:  # a DRAM miss wanting the chunk: one reuse per request
             seen.keys.add(sk)
-            self._evidence_of(sk).R += 1
+            self._gate.reference(sk)
         st = self._state.get(sk)
         if st is ChunkState.STORED:
             self.m.lookup_hits += 1
@@ -226,26 +222,9 @@ class SariaSSDTier(SecondaryTierManager):
             return LookupResult.RETRY
         return LookupResult.MISS
 
-    def _evidence_of(self, sk: StoreKey) -> _Evidence:
-        ev = self._evidence.get(sk)
-        if ev is None:
-            ev = self._evidence[sk] = _Evidence()
-            while len(self._evidence) > self._evidence_cap:
-                self._evidence.popitem(last=False)
-        else:
-            self._evidence.move_to_end(sk)
-        return ev
-
     def admits(self, sk: StoreKey) -> bool:
         """SARIA's decision for a chunk offered for storage (counts the eviction it implies)."""
-        ev = self._evidence.get(sk)
-        if ev is None:
-            ev = self._evidence_of(sk)  # first offer: computed for the first time
-        else:
-            ev.E += 1  # offered again: it left DRAM and was recomputed
-            self._evidence.move_to_end(sk)
-        rule = self.rule
-        return rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+        return self._gate.offer(sk)
 
     def submit_store(self, job_metadata: TransferJob) -> None:
         m = self.m
