@@ -181,7 +181,11 @@ class SystemDriver(Generic[K]):
         self.evictions = 0
         self.prefetch_used = 0
         self._lock = threading.Lock()  # the port's methods; the core methods never take it
-        self._ticks = getattr(type(system).tick, "__code__", None) is not DataCacheSystem.tick.__code__
+        # the base class's no-op hooks are skipped (a call per read on the simulator's path)
+        cls = type(system)
+        self._ticks = cls.tick is not DataCacheSystem.tick
+        self._tells_used = cls.on_prefetch_used is not DataCacheSystem.on_prefetch_used
+        self._unread = self.ledger._unread  # the ledger's set, read inline in access()
 
     @property
     def name(self) -> str:
@@ -195,11 +199,12 @@ class SystemDriver(Generic[K]):
     def access(self, unit: str, bid: int, size: int, hit: bool, now: float) -> Sequence[int]:
         """A demand read; ``hit`` means the block is resident. Returns the blocks the
         system wants prefetched."""
-        system = self.system
-        if hit and self.ledger.read(bid):
+        if hit and bid in self._unread:
+            self._unread.discard(bid)
             self.prefetch_used += 1
-            system.on_prefetch_used(bid, now)
-        return system.on_access(unit, bid, size, hit, now) or _NONE
+            if self._tells_used:
+                self.system.on_prefetch_used(bid, now)
+        return self.system.on_access(unit, bid, size, hit, now) or _NONE
 
     def place(self, unit: str, bid: int, key: K, size: int, used: int, now: float,
               prefetched: bool, victims: list[Victim[K]] | None = None) -> Admission:
