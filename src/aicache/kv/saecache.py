@@ -673,9 +673,7 @@ class SAECache(PrefixPolicy):
                 self._rebuild(now)
             heap = self._heap
             groups = self._groups
-            while True:
-                if not heap:
-                    raise LookupError("victim() on an empty SAECache")
+            while heap:
                 _, seq, gid = heap[0]
                 g = groups[gid]
                 if not g:
