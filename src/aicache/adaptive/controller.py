@@ -301,7 +301,11 @@ class ChironSystem(DataCacheSystem):
         self.units: dict[str, _Unit] = {}
         self.block_unit: dict[int, _Unit] = {}
         self.sizes: dict[int, int] = {}
+        #: prefetched blocks not read yet: only so that a switch hands them to the new
+        #: executor as unread (used/wasted feedback comes from the driver's ledger)
         self.unread: set[int] = set()
+        self._victim = -1  # the last block ``victim`` named, and its unit
+        self._victim_unit: _Unit | None = None
         self._next_tick = float("-inf")
         #: (time, unit index, unit name): when a unit may next have something due; lazy
         #: (an entry may be early — the unit is then looked at and re-queued — never late)
@@ -377,10 +381,21 @@ class ChironSystem(DataCacheSystem):
             # re-check of an anomaly once its tail holds only accesses made after it
             u.scheduler.next_at = min(u.scheduler.next_at, now)
             self._wake_at(u, now)
-        if hit and block in self.unread:
+        if hit:
             self.unread.discard(block)
-            self.block_unit[block].executor.prefetcher.on_prefetch_used(block, now)
         return u.executor.on_access(u.name, block, size, hit, now)
+
+    def on_prefetch_used(self, block: int, now: float) -> None:
+        # the driver's ledger decides used/wasted; the executor that holds the block learns it
+        u = self.block_unit.get(block)
+        if u is not None:
+            u.executor.prefetcher.on_prefetch_used(block, now)
+
+    def on_prefetch_wasted(self, block: int, now: float) -> None:
+        # told right after ``victim`` named ``block``, whose unit ``_forget`` kept for this
+        u = self._victim_unit
+        if u is not None and self._victim == block:
+            u.executor.prefetcher.on_prefetch_wasted(block, now)
 
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         return self._unit(unit, now).executor.admit(size, used)
@@ -399,11 +414,10 @@ class ChironSystem(DataCacheSystem):
         return self.sizes.keys()
 
     def _forget(self, block: int, now: float) -> None:
-        u = self.block_unit.pop(block)
+        self._victim_unit = self.block_unit.pop(block)
+        self._victim = block
         del self.sizes[block]
-        if block in self.unread:
-            self.unread.discard(block)
-            u.executor.prefetcher.on_prefetch_wasted(block, now)
+        self.unread.discard(block)
 
     def victim(self, now: float) -> int:
         units = self.units.values()
