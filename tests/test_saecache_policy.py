@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aicache.kv.prefix_policies import RequestView
-from aicache.kv.saecache import SAECache, SAEState, Queue, fit_gamma, lognormal_survival
+from aicache.kv.saecache import SAECache, SAECacheDuel, SAEState, Queue, fit_gamma, lognormal_survival
 from aicache.sim.prefix import infer_labels, load_requests, simulate, working_set_tokens
 from aicache.traces.base import KVRequest
 
@@ -258,3 +259,47 @@ def test_fast_victim_equals_reference_on_generated_and_real_traces(source: str) 
     res = simulate(reqs, pol, cap)
     assert res.evictions > 200  # the reference was consulted many times
     assert res.token_hit_ratio == simulate(reqs, "saecache", cap).token_hit_ratio
+
+
+class _CheckedDuel(SAECacheDuel):
+    """The duel's victims against references: LRU's order (a recency list kept here) while
+    the miniature LRU leads, the brute-force minimum (P, seq) otherwise."""
+
+    def __init__(self, *a: object, **kw: object) -> None:
+        super().__init__(*a, **kw)  # type: ignore[arg-type]
+        self.ref_recency: OrderedDict[object, None] = OrderedDict()
+        self.branches: Counter[bool] = Counter()
+
+    def on_hit(self, key: object, i: int, now: float) -> None:
+        super().on_hit(key, i, now)
+        self.ref_recency.move_to_end(key)
+
+    def on_insert(self, key: object, tokens: int, i: int, now: float) -> None:
+        super().on_insert(key, tokens, i, now)
+        self.ref_recency[key] = None
+
+    def victim(self, now: float) -> object:
+        lru = self.lru_leads()
+        self.branches[lru] += 1
+        if lru:
+            expect = next(iter(self.ref_recency))
+        else:
+            keys = self.resident()
+            ef = [k for k in keys if self.queue_of(k) is Queue.EVICT_FIRST]
+            expect = min(ef or keys, key=lambda k: (self.priority(k, now), self.touch_seq(k)))
+        got = super().victim(now)
+        assert got == expect
+        del self.ref_recency[got]
+        return got
+
+
+def test_duel_evicts_in_the_leading_order() -> None:
+    reqs, _ = load_requests(workload="mix", sessions=60, seed=5)
+    cap = working_set_tokens(reqs) // 8
+    pol = _CheckedDuel(cap, sample_shift=2)
+    res = simulate(reqs, pol, cap)
+    assert pol.branches[True] > 0 and pol.branches[False] > 0  # both orders were followed
+    assert res.evictions == sum(pol.branches.values())
+    # the miniature caches saw only the sampled keys, within their own capacity
+    for sim in pol._sims:
+        assert all(pol._sampled(k) for k in sim.res) and sim.used <= sim.cap

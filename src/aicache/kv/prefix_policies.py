@@ -253,6 +253,8 @@ PREFIX_POLICIES: Registry[Callable[..., PrefixPolicy]] = Registry("prefix-cache 
 PREFIX_POLICIES.register("saecache", "aicache.kv.saecache:SAECache", "semantic-adaptive eviction (SAECache)")
 PREFIX_POLICIES.register("saecache-seed", "aicache.kv.saecache:SAECacheSeed",
                          "SAECache with the seed's priority exactly (own-type w, exact offset, no δ, decode → evict-first)")
+PREFIX_POLICIES.register("saecache-duel", "aicache.kv.saecache:SAECacheDuel",
+                         "SAECache that evicts in LRU order while a sampled miniature LRU beats a sampled miniature SAECache")
 PREFIX_POLICIES.register("lru", LRUPrefix, "least recently used (vLLM default)")
 PREFIX_POLICIES.register("lpc", LPC, "learned prefix caching: continuation predictor alone")
 for _name, _help in (("lfu", "least frequently used"), ("s3fifo", "S3-FIFO (SOSP'23)"),

@@ -684,6 +684,8 @@ class SAECache(PrefixPolicy):
                     heapq.heapreplace(heap, (self._prio(b, now), b.seq, gid))
                     continue
                 break
+            else:
+                raise LookupError("victim() on an empty SAECache")
             del g[b.key]  # = _unplace(b), inlined
             q = b.q
             self._res_tokens[q] -= b.tokens
@@ -1032,3 +1034,111 @@ class SAECacheSeed(SAECache):
                 st.gamma = min(10.0, max(0.1, g))
         st.o_max = self._omax
         self._derive()
+
+
+class _MiniSim:
+    """A miniature cache fed a sample of the block events: its policy, resident set and an
+    exponentially decayed count of the tokens it hit (its recent value)."""
+
+    __slots__ = ("pol", "res", "used", "cap", "score")
+
+    def __init__(self, pol: PrefixPolicy, cap: int) -> None:
+        self.pol = pol
+        self.res: dict[Key, int] = {}
+        self.used = 0
+        self.cap = cap
+        self.score = 0.0
+
+    def access(self, key: Key, tokens: int, i: int, now: float, decay: float) -> None:
+        self.score *= decay
+        if key in self.res:
+            self.pol.on_hit(key, i, now)
+            self.score += tokens
+            return
+        if tokens > self.cap:
+            return
+        while self.used + tokens > self.cap:
+            self.used -= self.res.pop(self.pol.victim(now))
+        self.pol.on_insert(key, tokens, i, now)
+        self.res[key] = tokens
+        self.used += tokens
+
+
+class SAECacheDuel(SAECache):
+    """SAECache guarded against losing to recency (registered as ``saecache-duel``).
+
+    Two miniature simulations run beside the cache on a spatial sample of the block keys
+    (one key in ``2**sample_shift`` by a multiplicative hash, capacity scaled by the same
+    factor — the miniature-simulation method of SHARDS-style sampling): one with SAECache's
+    order, one with LRU's. Each keeps its hit tokens, decayed per sampled event by
+    ``1 − 1/n`` with ``n`` its resident block count (a window of about one cache's worth of
+    events, so the comparison follows the workload's phase without a tuned horizon). The
+    real cache evicts in SAECache's order while that simulation leads and in LRU's order
+    (a recency list over every resident block) while LRU's leads. So where the learned
+    order loses to recency on the current traffic, the cache becomes LRU; where it wins, it
+    stays SAECache. SAECache's own statistics keep learning either way (an LRU-order
+    eviction is reported to it as :meth:`forget`).
+
+    The sample uses ``hash(key)``: deterministic for the simulator's integer block ids. The
+    miniature SAECache sees the real request view (its ``hit_blocks`` is the real cache's).
+    """
+
+    name = "saecache-duel"
+
+    def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
+                 sample_shift: int = 4, **kw: Any) -> None:
+        super().__init__(capacity_tokens, rng=rng, **kw)
+        from aicache.kv.prefix_policies import LRUPrefix
+
+        scap = max(1, capacity_tokens >> sample_shift)
+        self._mask = (1 << sample_shift) - 1
+        self._recency: OrderedDict[Key, None] = OrderedDict()
+        self._mini_sae = SAECache(scap, rng=random.Random(self.rng.random()), **kw)
+        self._mini_lru = LRUPrefix(scap)
+        self._sims = (_MiniSim(self._mini_sae, scap), _MiniSim(self._mini_lru, scap))
+
+    def _sampled(self, key: Key) -> bool:
+        return not ((hash(key) * 0x9E3779B1) >> 16) & self._mask
+
+    def lru_leads(self) -> bool:
+        """Whether the next victim is taken in LRU order."""
+        return self._sims[1].score > self._sims[0].score
+
+    def begin(self, view: RequestView, now: float) -> None:
+        super().begin(view, now)
+        self._mini_sae.begin(view, now)
+        self._mini_lru.begin(view, now)
+
+    def begin_decode(self, now: float) -> None:
+        super().begin_decode(now)
+        self._mini_sae.begin_decode(now)
+
+    def end(self, now: float) -> None:
+        super().end(now)
+        self._mini_sae.end(now)
+
+    def _sample(self, key: Key, tokens: int, i: int, now: float) -> None:
+        decay = 1.0 - 1.0 / max(64, len(self._sims[0].res))
+        for s in self._sims:
+            s.access(key, tokens, i, now, decay)
+
+    def on_hit(self, key: Key, i: int, now: float) -> None:
+        super().on_hit(key, i, now)
+        self._recency.move_to_end(key)
+        if self._sampled(key):
+            self._sample(key, self._blocks[key].tokens, i, now)
+
+    def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
+        super().on_insert(key, tokens, i, now)
+        self._recency[key] = None
+        if self._sampled(key):
+            self._sample(key, tokens, i, now)
+
+    def victim(self, now: float) -> Key:
+        if self.lru_leads():
+            key = next(iter(self._recency))
+            self.forget(key)
+        else:
+            key = super().victim(now)
+        del self._recency[key]
+        return key
