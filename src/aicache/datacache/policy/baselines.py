@@ -21,7 +21,7 @@ from aicache.adaptive.unit import UnitMapper
 from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH
-from aicache.policies.base import EvictionPolicy, PrefetchPolicy
+from aicache.policies.base import EvictionPolicy, NoPrefetch, PrefetchPolicy
 
 _EMPTY: tuple[int, ...] = ()
 
@@ -52,6 +52,7 @@ class PolicySystem(DataCacheSystem):
         self.prefetcher: PrefetchPolicy = PREFETCH.get(prefetch)(**(prefetch_params or {}))
         self.file_level = prefetch in FILE_LEVEL_PREFETCH
         self.units = UnitMapper(unit_depth)
+        self._no_prefetch = type(self.prefetcher) is NoPrefetch
         self._sees_misses = bool(self.policy.sees_misses)
         self._may_reject = bool(self.policy.may_reject)
         #: blocks the policy refused at their miss (``on_miss`` returned False), until they
@@ -63,6 +64,8 @@ class PolicySystem(DataCacheSystem):
             self.policy.on_hit(block, size, now)
         elif self._sees_misses and self.policy.on_miss(block, size, now) is False:
             self._refused.add(block)
+        if self._no_prefetch:  # a bare eviction name / E+none: no stream to map
+            return _EMPTY
         stream = unit if self.file_level else self.units(unit)
         return self.prefetcher.on_access(stream, block, hit, now)
 
