@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aicache.kv.prefix_policies import RequestView
-from aicache.kv.saecache import SAECache, SAECacheDuel, SAEState, Queue, fit_gamma, lognormal_survival
+from aicache.kv.saecache import SAECache, SAECacheDuel, SAECacheSeed, SAEState, Queue, fit_gamma, lognormal_survival
 from aicache.sim.prefix import infer_labels, load_requests, simulate, working_set_tokens
 from aicache.traces.base import KVRequest
 
@@ -303,3 +303,21 @@ def test_duel_evicts_in_the_leading_order() -> None:
     # the miniature caches saw only the sampled keys, within their own capacity
     for sim in pol._sims:
         assert all(pol._sampled(k) for k in sim.res) and sim.used <= sim.cap
+
+
+@pytest.mark.parametrize("cls", [SAECache, SAECacheSeed])
+def test_anonymous_request_is_single_turn_in_saecache_only(cls: type[SAECache]) -> None:
+    # a predictor that always says "continues" (bias +5): a first request with a session id
+    # goes to the chat queue in both variants; one without a session id goes to chat only
+    # in the seed's routing (saecache: no session to continue, so evict-first)
+    state = SAEState(predictor_w=[5.0] + [0.0] * 7)
+    got = {}
+    for sid in ("s1", None):
+        pol = cls(10**6, state=state, learn=False)
+        v = RequestView()
+        v.session_id, v.turn, v.block_types, v.hash_ids = sid, None, ["user"], [1]
+        pol.begin(v, 0.0)
+        pol.on_insert(1, 16, 0, 0.0)
+        got[sid] = pol.queue_of(1)
+    assert got["s1"] is Queue.CHAT
+    assert got[None] is (Queue.CHAT if cls is SAECacheSeed else Queue.EVICT_FIRST)

@@ -19,7 +19,9 @@ by two sessions (a shared template/system prefix) → structural; blocks of a mu
 session → chat or agentic (agentic when the request carries tools); system/tool-schema
 blocks of a single-turn session → structural; the rest → evict-first. A session is
 multi-turn once its second request arrives; for its *first* request the online
-continuation predictor (:mod:`aicache.kv.session_predictor`) decides.
+continuation predictor (:mod:`aicache.kv.session_predictor`) decides. A request without a
+session id is single-turn (there is no session to continue; ``saecache-seed`` asks the
+predictor as for any first request).
 
 Why the ordering can be kept without re-sorting as time passes
 ---------------------------------------------------------------
@@ -408,7 +410,8 @@ class SAECache(PrefixPolicy):
     def begin(self, view: RequestView, now: float) -> None:
         super().begin(view, now)
         learn = self.p.learn
-        if view.session_id is None:
+        anonymous = view.session_id is None
+        if anonymous:
             self._anon += 1
             sid: Hashable = ("#req", self._anon)
         else:
@@ -420,7 +423,12 @@ class SAECache(PrefixPolicy):
         if gap is not None and learn:
             self.gaps[sq].add(gap)
         x = None
-        if not multi:  # the predictor's job: will this first request's session continue?
+        if not multi and anonymous and self._ANON_SINGLE:
+            # no session id: there is no session to continue, so no continuation to
+            # predict; a later request's reuse of these blocks is cross-request sharing,
+            # which routes them to the structural queue (the DRAM adapter's rule too)
+            pass
+        elif not multi:  # the predictor's job: will this first request's session continue?
             if self._oracle:
                 multi = view.session_type not in (None, "single")
             else:
@@ -512,6 +520,10 @@ class SAECache(PrefixPolicy):
             types = list(map(_TYPE_INDEX.__getitem__, v.block_types))
             self._phase(types, v.decode)
         return types
+
+    #: a request without a session id is single-turn (True), or is left to the
+    #: continuation predictor like any first request (the seed variant: False)
+    _ANON_SINGLE = True
 
     # The lowest queue whose groups are kept in ``_nonempty`` (and so in the heap): here
     # evict-first (queue 0) is popped LRU from its one group instead; the seed variant
@@ -951,6 +963,7 @@ class SAECacheSeed(SAECache):
             self._pos_reuse[offset_bucket(i)] += 1.0
 
     _QMIN = 0  # every queue's groups are heaped; evict-first ones sort first
+    _ANON_SINGLE = False  # routing of anonymous requests as before: the predictor decides
 
     def _entry(self, b: _Blk, now: float, gid: int) -> tuple[bool, float, int, int]:
         return (b.q > 0, self._prio(b, now), b.seq, gid)
