@@ -357,7 +357,7 @@ class BlockStore:
                     raise
                 log.warning("aicache: %s is damaged (%s); rebuilding it from the block headers",
                             index, exc)
-                self._db.close()
+                self._sql.close()
                 for suffix in ("", "-wal", "-shm", "-journal"):
                     _unlink(index + suffix)
                 self._db = self._connect(index)
@@ -382,6 +382,14 @@ class BlockStore:
             self._used = self._sum_used()
         self.capacity = disk_capped(self.cache_dir, self.capacity, self._used, self._free_ratio,
                                     self.block_size)
+
+    @property
+    def _sql(self) -> sqlite3.Connection:
+        """The index connection (open from ``__init__`` to :meth:`close`)."""
+        db = self._db
+        if db is None:
+            raise OSError(f"the block store of {self.cache_dir} is closed")
+        return db
 
     def _connect(self, index: str) -> sqlite3.Connection:
         """The index, created owner-only first (SQLite gives its -wal/-shm files the
@@ -492,7 +500,7 @@ class BlockStore:
 
     def _sum_used(self) -> int:
         """Bytes of committed blocks plus every process's reserved temp files."""
-        return int(self._db.execute(_USED).fetchone()[0])
+        return int(self._sql.execute(_USED).fetchone()[0])
 
     # -- reads (lock-free) ----------------------------------------------------------------
     def get(self, key: BlockKey) -> bytes | None:
@@ -706,18 +714,18 @@ class BlockStore:
             with self._locked():
                 for k in evict:
                     self._evict_locked(k.digest(self.block_size))
-                if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
+                if self._sql.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
                     return Put(True)  # another thread/process stored it meanwhile
                 used = self._sum_used()
                 while used + size > self.capacity:
-                    row = self._db.execute(
+                    row = self._sql.execute(
                         "SELECT key, path, version, idx FROM blocks ORDER BY seq LIMIT 1").fetchone()
                     freed = 0 if row is None else self._evict_locked(row[0])
                     if freed == 0:
                         return Put(False, dropped)
                     dropped.append(BlockKey(row[1], row[2], int(row[3])))
                     used -= freed
-                self._db.execute("INSERT INTO reserved VALUES(?, ?)", (name, size))
+                self._sql.execute("INSERT INTO reserved VALUES(?, ?)", (name, size))
                 self._used = used + size
         except sqlite3.Error as exc:
             raise _as_oserror(exc) from exc
@@ -728,21 +736,21 @@ class BlockStore:
                                  CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
             self._write_tmp(tmp, header, data)
             with self._locked():
-                self._db.execute("BEGIN IMMEDIATE")
+                self._sql.execute("BEGIN IMMEDIATE")
                 try:
-                    self._db.execute("DELETE FROM reserved WHERE tmp=?", (name,))
+                    self._sql.execute("DELETE FROM reserved WHERE tmp=?", (name,))
                     reserved = False
-                    if self._db.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
-                        self._db.execute("COMMIT")
+                    if self._sql.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
+                        self._sql.execute("COMMIT")
                         self._used -= size
                         return Put(True, dropped)
-                    self._db.execute(
+                    self._sql.execute(
                         "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
                         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
                         (digest, key.path, key.version, key.index, size))
                     self._rename_in(tmp, path)
                     tmp = ""
-                    self._db.execute("COMMIT")
+                    self._sql.execute("COMMIT")
                 except BaseException as exc:
                     self._rollback()
                     reserved = True  # the rollback restored the reservation's row
@@ -761,7 +769,7 @@ class BlockStore:
     def _unreserve(self, name: str, size: int) -> None:
         try:
             with self._locked():
-                self._db.execute("DELETE FROM reserved WHERE tmp=?", (name,))
+                self._sql.execute("DELETE FROM reserved WHERE tmp=?", (name,))
                 self._used -= size
         except sqlite3.Error as exc:  # the dead-process sweep at the next open drops it
             log.warning("aicache: could not release a temp file's reservation: %s", exc)
@@ -821,11 +829,11 @@ class BlockStore:
         return freed
 
     def _remove_locked(self, digest: str) -> int:
-        row = self._db.execute("SELECT size FROM blocks WHERE key=?", (digest,)).fetchone()
+        row = self._sql.execute("SELECT size FROM blocks WHERE key=?", (digest,)).fetchone()
         if row is None:
             return 0
         self._unlink_block(digest)
-        self._db.execute("DELETE FROM blocks WHERE key=?", (digest,))
+        self._sql.execute("DELETE FROM blocks WHERE key=?", (digest,))
         self._used -= int(row[0])
         return int(row[0])
 
@@ -836,7 +844,7 @@ class BlockStore:
 
     def _rollback(self) -> None:
         try:
-            self._db.execute("ROLLBACK")
+            self._sql.execute("ROLLBACK")
         except sqlite3.Error:
             pass
 
@@ -849,7 +857,7 @@ class BlockStore:
     # -- maintenance ----------------------------------------------------------------------
     def _recover_locked(self) -> None:
         """Make the index and the files agree after a crash (run at every open)."""
-        known = {r[0]: r[1] for r in self._db.execute("SELECT key, size FROM blocks")}
+        known = {r[0]: r[1] for r in self._sql.execute("SELECT key, size FROM blocks")}
         on_disk = set()
         for sub in _listdir(self._blocks_dir):
             subdir = os.path.join(self._blocks_dir, sub)
@@ -866,13 +874,13 @@ class BlockStore:
                     on_disk.add(digest)
         missing = [k for k in known if k not in on_disk]
         if missing:
-            self._db.executemany("DELETE FROM blocks WHERE key=?", [(k,) for k in missing])
+            self._sql.executemany("DELETE FROM blocks WHERE key=?", [(k,) for k in missing])
         for name in _listdir(self._tmp_dir):
             if not _live_tmp(name):
                 _unlink(os.path.join(self._tmp_dir, name))
-        dead = [(n,) for (n,) in self._db.execute("SELECT tmp FROM reserved") if not _live_tmp(n)]
+        dead = [(n,) for (n,) in self._sql.execute("SELECT tmp FROM reserved") if not _live_tmp(n)]
         if dead:  # reservations of writers that died before they wrote or renamed
-            self._db.executemany("DELETE FROM reserved WHERE tmp=?", dead)
+            self._sql.executemany("DELETE FROM reserved WHERE tmp=?", dead)
 
     def _block_files(self) -> Iterator[tuple[str, str]]:
         """(digest, path) of every ``*.blk`` file under ``blocks/``."""
@@ -928,20 +936,20 @@ class BlockStore:
         found.sort()
         used = self._sum_used()
         kept = 0
-        self._db.execute("BEGIN IMMEDIATE")
+        self._sql.execute("BEGIN IMMEDIATE")
         try:
             for _mtime, digest, idx, size, path in found:
                 if used + size > self.capacity:
                     _unlink(path)
                     dropped += 1
                     continue
-                self._db.execute(
+                self._sql.execute(
                     "INSERT OR IGNORE INTO blocks(key, path, version, idx, size, seq) "
                     "VALUES(?, '', '', ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
                     (digest, idx, size))
                 used += size
                 kept += 1
-            self._db.execute("COMMIT")
+            self._sql.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
@@ -953,12 +961,12 @@ class BlockStore:
         """Empty the store (an index and blocks an earlier format wrote)."""
         for digest, _path in list(self._block_files()):
             self._unlink_block(digest)
-        self._db.execute("DELETE FROM blocks")
+        self._sql.execute("DELETE FROM blocks")
 
     def verify(self, clean: bool = True) -> VerifyResult:
         """Check every block's checksum and identity (its header names its file and the
         index row's block); with ``clean``, drop bad blocks and fix the index."""
-        rows = list(self._db.execute("SELECT key, path, version, idx FROM blocks"))
+        rows = list(self._sql.execute("SELECT key, path, version, idx FROM blocks"))
         bad = missing = misplaced = 0
         bad_keys: list[str] = []
         for digest, path_, version, idx in rows:
@@ -986,7 +994,7 @@ class BlockStore:
         if clean and (bad_keys or orphans):
             with self._locked():
                 for digest in bad_keys:
-                    self._db.execute("DELETE FROM blocks WHERE key=?", (digest,))
+                    self._sql.execute("DELETE FROM blocks WHERE key=?", (digest,))
                     self._unlink_block(digest)
                     removed += 1
                 self._recover_locked()
@@ -997,10 +1005,10 @@ class BlockStore:
     def clear(self) -> int:
         """Drop every block; returns how many."""
         with self._locked():
-            rows = list(self._db.execute("SELECT key FROM blocks"))
+            rows = list(self._sql.execute("SELECT key FROM blocks"))
             for (digest,) in rows:
                 self._unlink_block(digest)
-            self._db.execute("DELETE FROM blocks")
+            self._sql.execute("DELETE FROM blocks")
             self._recover_locked()
             self._used = self._sum_used()
             return len(rows)
@@ -1009,7 +1017,7 @@ class BlockStore:
         """The stored blocks' keys, oldest first (a block kept by an index rebuild has an
         empty path and version: its header holds only their hashes)."""
         return [BlockKey(p, v, i) for p, v, i in
-                self._db.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
+                self._sql.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
 
     @property
     def used(self) -> int:
@@ -1030,7 +1038,7 @@ class BlockStore:
         return total
 
     def stats(self) -> StoreStats:
-        n, used = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blocks").fetchone()
+        n, used = self._sql.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blocks").fetchone()
         algo = {1: "xxh3-64", 2: "blake2b-64"}[DEFAULT_ALGO]
         return StoreStats(blocks=int(n), used_bytes=int(used), capacity_bytes=self.capacity,
                           block_size=self.block_size, checksum=algo, cache_dir=self.cache_dir)
@@ -1039,7 +1047,7 @@ class BlockStore:
         self.mapped.close()
         try:
             if self._db is not None:
-                self._db.close()
+                self._sql.close()
         finally:
             for fd in (self._lock_fd, self._users_fd):
                 if fd >= 0:
