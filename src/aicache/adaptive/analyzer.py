@@ -1,4 +1,5 @@
-"""Chiron's statistical analyzer: the structured statistics of an access window (seed Table 3).
+"""Chiron's statistical analyzer: the structured statistics of an access window
+(docs/design/chiron.md, "Statistical analyzer").
 
 The advisor (an LLM or :class:`~aicache.adaptive.advisor.statistical.StatisticalAdvisor`)
 should not have to derive strides and reuse from raw IDs, so the harness precomputes them
@@ -75,7 +76,7 @@ class StepStats:
 
 @dataclass(frozen=True, slots=True)
 class StatsTable:
-    """Statistics of one analysed sequence (seed Table 3), already rounded."""
+    """Statistics of one analysed sequence (docs/design/chiron.md), already rounded."""
 
     length: int
     unique_ratio: float
@@ -125,8 +126,8 @@ def _steps(x: np.ndarray) -> StepStats:
 
 
 def stats_table(seq: Sequence[int] | np.ndarray) -> StatsTable:
-    """Seed Table 3 for one sequence. Zero denominators give 0, except the mean reuse
-    distance, whose fallback (no reuse) is the sequence length."""
+    """docs/design/chiron.md's statistics for one sequence. Zero denominators give 0,
+    except the mean reuse distance, whose fallback (no reuse) is the sequence length."""
     x = np.asarray(seq, dtype=np.int64).ravel()
     n = int(x.size)
     if n == 0:

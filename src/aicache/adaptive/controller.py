@@ -92,8 +92,8 @@ class ChironParams:
     #: ``min_window`` accesses (the default policy is only a guess until then)
     first_review_s: float = 5.0
     #: the executor set (:data:`aicache.adaptive.executors.EXECUTOR_SETS`): ``ours`` or
-    #: ``seed`` (the seed's Table 1 as written; it also turns shape reflection off unless
-    #: ``shape_reflection`` is given)
+    #: ``seed`` (the seed's executor table as written, docs/design/chiron.md; it also turns
+    #: shape reflection off unless ``shape_reflection`` is given)
     executors: str = "ours"
     #: feedback reflection also watches the access *shape* of each round — the share of
     #: small steps (the analyzer's small jump ratio) and the share of re-reads of an ID

@@ -10,17 +10,17 @@
 
 Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
 
-* ``ours`` (the default) departs from the seed's Table 1 in three places, each from what
-  the pattern means: a sequential pass does not come back to what it just read, so among
-  read blocks eager eviction takes the *most recently* read first (MRU: a loop larger than
-  the cache keeps its older part, which the next pass reads first; see
-  :class:`EagerEviction`); a skewed stream's hot blocks are the re-read ones, so the skewed
-  executor's LRU is *segmented* (one-off blocks and unread prefetched neighbours are
-  evicted before re-read ones, see :class:`SegmentedLRU`); a shuffled epoch is random
-  *between* samples but reads each sample whole, so once a multi-block sample's first
-  block is read the random executor fetches the rest (``sample-rest``; a no-op for
+* ``ours`` (the default) departs from the seed's executor table (docs/design/chiron.md) in
+  three places, each from what the pattern means: a sequential pass does not come back to
+  what it just read, so among read blocks eager eviction takes the *most recently* read
+  first (MRU: a loop larger than the cache keeps its older part, which the next pass reads
+  first; see :class:`EagerEviction`); a skewed stream's hot blocks are the re-read ones,
+  so the skewed executor's LRU is *segmented* (one-off blocks and unread prefetched
+  neighbours are evicted before re-read ones, see :class:`SegmentedLRU`); a shuffled epoch
+  is random *between* samples but reads each sample whole, so once a multi-block sample's
+  first block is read the random executor fetches the rest (``sample-rest``; a no-op for
   single-block samples).
-* ``seed`` is Table 1 as written: eager eviction that removes a block once read
+* ``seed`` is that table as written: eager eviction that removes a block once read
   (:class:`SeedEagerEviction`), plain LRU for skewed, no prefetch for random.
 
 An executor owns the eviction order of *its cache unit's* resident blocks only; the
@@ -188,7 +188,7 @@ EXECUTOR_SETS.register("ours", {n: EXECUTORS.get(n) for n in EXECUTORS.names()},
                        "MRU-style eager, sample-rest for random, segmented LRU for skewed (default)")
 EXECUTOR_SETS.register("seed", {"sequential": SeedSequentialExecutor, "random": SeedRandomExecutor,
                                 "skewed": SeedSkewedExecutor, "default": DefaultExecutor},
-                       "the seed's Table 1: eager removes a block once read, no prefetch for random, LRU for skewed")
+                       "the seed's executor table: eager removes a block once read, no prefetch for random, LRU for skewed")
 
 
 def make_executor(pattern: str, capacity: int, rng: random.Random,

@@ -80,7 +80,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
     p.add_argument("--policy", default="chiron", help="chiron, juicefs, alluxio, lru, … (default chiron)")
     p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
-                   help="chiron's executor set: ours (default) or seed (the seed's Table 1); "
+                   help="chiron's executor set: ours (default) or seed (the seed's table; docs/design/chiron.md); "
                         "seed = --policy chiron-seed")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                    help="storage option for the remote filesystem (repeatable)")

@@ -444,7 +444,7 @@ class JobResult:
         return self.mismatches == 0 and self.samples_read > 0
 
     def to_dict(self) -> dict[str, Any]:
-        """CLI.md's ``sim datacache`` keys where they apply, plus the real run's own."""
+        """``sim datacache --json``'s keys where they apply, plus the real run's own."""
         return {
             "system": self.system, "workload": self.workload,
             "cache_size_bytes": self.cache_size_bytes, "dataset_bytes": self.dataset_bytes,

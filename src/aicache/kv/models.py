@@ -95,7 +95,7 @@ MODELS.register(
 # linear_num_value_heads 32, linear_num_key_heads 16, linear_key_head_dim 128,
 # linear_value_head_dim 128, linear_conv_kernel_dim 4. Recurrent state in bf16, the
 # model's dtype (vLLM's default for the state cache); 1,024-token blocks and a checkpoint
-# every 16,384 tokens (seed §5.2).
+# every 16,384 tokens (docs/results/kv-models.md).
 MODELS.register(
     "qwen3.5-9b",
     ModelSpec("qwen3.5-9b", 8, 4, 256, block_tokens=1024, checkpoint_tokens=16384,
@@ -104,7 +104,7 @@ MODELS.register(
     "checkpoint every 16K (the seed's hybrid)",
 )
 # The seed's A30-testbed models are scaled-down constructions, not released checkpoints
-# (seed §5.1): "Qwen3-1.7B with 20 full-attention layers" and "Qwen3.5-5.6B with 5
+# (docs/results/kv-models.md): "Qwen3-1.7B with 20 full-attention layers" and "Qwen3.5-5.6B with 5
 # full-attention and 15 GDN layers", keeping the attention structures of their families:
 # Qwen/Qwen3-1.7B config.json num_key_value_heads 8, head_dim 128 (20 layers -> 81,920
 # B/token); Qwen3.5's as for qwen3.5-9b above (5 FA layers -> 20,480 B/token).
@@ -116,15 +116,16 @@ MODELS.register(
               checkpoint_bytes=_gdn_checkpoint_bytes(15, 32, 128, 128, 16, 4, 2)),
     "the seed's scaled Qwen3.5-5.6B hybrid (5 FA + 15 GDN layers), 20 KiB/token",
 )
-# Seed Table 1 (endurance): Qwen/Qwen3-30B-A3B config.json num_hidden_layers 48,
-# num_key_value_heads 4, head_dim 128, BF16 KV -> 98,304 B/token; Qwen/Qwen3-235B-A22B
-# config.json num_hidden_layers 94, num_key_value_heads 4, head_dim 128, FP8 KV as in the
-# seed's table (Qwen3-235B-A22B-Instruct-2507-FP8) -> 96,256 B/token.
+# The seed's endurance table (docs/results/kv-models.md): Qwen/Qwen3-30B-A3B config.json
+# num_hidden_layers 48, num_key_value_heads 4, head_dim 128, BF16 KV -> 98,304 B/token;
+# Qwen/Qwen3-235B-A22B config.json num_hidden_layers 94, num_key_value_heads 4, head_dim
+# 128, FP8 KV as in the seed's table (Qwen3-235B-A22B-Instruct-2507-FP8) -> 96,256
+# B/token.
 MODELS.register("qwen3-30b-a3b", ModelSpec("qwen3-30b-a3b", 48, 4, 128),
-                "Qwen3-30B-A3B (seed Table 1), 96 KiB/token")
+                "Qwen3-30B-A3B (the seed's endurance table), 96 KiB/token")
 MODELS.register("qwen3-235b-a22b-fp8", ModelSpec("qwen3-235b-a22b-fp8", 94, 4, 128,
                                                   dtype_bytes=1),
-                "Qwen3-235B-A22B with FP8 KV (seed Table 1), 94 KiB/token")
+                "Qwen3-235B-A22B with FP8 KV (the seed's endurance table), 94 KiB/token")
 
 DEFAULT_MODEL = "qwen3-8b"
 

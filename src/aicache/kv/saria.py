@@ -221,8 +221,8 @@ class SharingModel:
     """How the links are shared where the seed describes behaviour but gives no formula.
 
     * ``overlap_ssd_share``: under uncoordinated overlap a DRAM burst takes the GPU ingress
-      link and SSD progress is "low" (seed Fig. 16), not zero: the SSD keeps this share of
-      its rate and DRAM gets the rest of the link.
+      link and SSD progress is "low" (docs/results/ssd-model.md), not zero: the SSD keeps
+      this share of its rate and DRAM gets the rest of the link.
     * ``read_share``: reads and writes share one SSD's device time; while writes are queued,
       reads get at most this share of it (writes get the rest, and all of it when no read
       runs). A read stream at rate ``r`` uses ``r / disk`` of the device's time and leaves
@@ -271,8 +271,8 @@ class TransferCoordinator:
 
     * serial / overlap (uncoordinated): SSD gets ``max(φ·D, min(D, B_GPU − min(B_DRAM,
       B_GPU)))`` (φ = ``overlap_ssd_share``) and DRAM the rest of the link, at most
-      ``B_DRAM``: the DRAM burst leaves the SSD little (seed Fig. 16). In ``serial`` a job's
-      SSD part is runnable only after its DRAM part.
+      ``B_DRAM``: the DRAM burst leaves the SSD little (docs/results/ssd-model.md). In
+      ``serial`` a job's SSD part is runnable only after its DRAM part.
     * coordinated: while any SSD work is runnable DRAM is paced to ``min(B_DRAM, B_GPU,
       est.B_GPU − est.B_disk)`` and the SSD gets ``min(D', B_GPU − rate_DRAM)`` with
       ``D' = 1 / (1/D + overhead)``; with no SSD work DRAM runs unthrottled.

@@ -36,7 +36,7 @@ class TwoQ(EvictionPolicy):
     name = "2q"
     sees_misses = True
     __slots__ = ("_ain", "_aout", "_am", "_ain_used", "_aout_used", "ain_cap", "aout_cap",
-                 "am_cap", "_ghost_hit")
+                 "_ghost_hit")
 
     def __init__(self, capacity: int, *, ain_size_ratio: float = 0.25,
                  aout_size_ratio: float = 0.5, rng: random.Random | None = None) -> None:
@@ -50,7 +50,6 @@ class TwoQ(EvictionPolicy):
                            f"(ain_size_ratio={ain_size_ratio}); use a capacity of at least "
                            f"{int(1 / ain_size_ratio + 0.999999)}")
         self.aout_cap = int(capacity * aout_size_ratio)
-        self.am_cap = capacity - self.ain_cap
         self._ain: OrderedDict[Key, int] = OrderedDict()   # oldest first
         self._aout: OrderedDict[Key, int] = OrderedDict()  # ghost ids, oldest first
         self._am: OrderedDict[Key, int] = OrderedDict()    # LRU first
