@@ -146,7 +146,7 @@ class Advisors(Experiment):
     name = "chiron-advisors"
     title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P"
     reproduces = "Chiron Fig. 15; issue 19 must-show 2"
-    full_wall_time = "about 20 s (replays of committed transcripts; no LLM is run)"
+    full_wall_time = "about 1 min (66 cells; replays of committed transcripts, no LLM is run)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         out: list[dict[str, Any]] = []
