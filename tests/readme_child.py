@@ -4,7 +4,8 @@ README names (``/mnt/nvme/aicache``, ``/tmp/kvstore-demo``) belong to this run a
 
 The namespace gets: loopback up; a tmpfs on ``/mnt`` with the test's scratch directory
 bound at ``/mnt/work`` (the block's working directory, holding links to the clone's
-``traces/`` and ``tests/data/``, as a clone's root does); a tmpfs on ``/tmp``; ``aicache``
+``traces/`` and ``tests/data/``, as a clone's root does); a tmpfs on ``/tmp`` (the clone
+and its venv bound back where they sit under it); ``aicache``
 and ``python`` on ``PATH`` as this interpreter; and, when the spec lists objects, a moto S3
 server holding them (named by ``AWS_ENDPOINT_URL``, as any S3-compatible store).
 
@@ -33,7 +34,7 @@ def main(spec_path: str) -> None:
     work = "/mnt/work"
     os.makedirs(work)
     subprocess.run(["mount", "--bind", spec["workdir"], work], check=True)
-    subprocess.run(["mount", "-t", "tmpfs", "aicache-readme-tmp", "/tmp"], check=True)
+    _private_tmp()
     os.makedirs("/mnt/nvme")
     for name in ("traces", os.path.join("tests", "data")):
         os.makedirs(os.path.dirname(os.path.join(work, name)) or work, exist_ok=True)
@@ -74,6 +75,34 @@ def main(spec_path: str) -> None:
         server.stop()
     with open(os.path.join(work, "out.json"), "w") as f:
         json.dump({"results": results}, f)
+
+
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+def _private_tmp() -> None:
+    """Cover ``/tmp`` with a tmpfs, keeping visible what this run itself lives in there.
+
+    A clean checkout may sit under ``/tmp`` (CI clones there), and so may its venv and any
+    ``sys.path`` entry; each such path is bound aside on ``/mnt`` before the tmpfs goes on
+    and bound back at the same path after, so the interpreter, the package and the clone's
+    ``traces/`` stay where every path in this process says they are.
+    """
+    candidates = {os.path.realpath(p) for p in (ROOT, sys.prefix, *sys.path) if p and os.path.exists(p)}
+    keep = sorted(p for p in candidates if _under_tmp(p) and p != "/tmp")
+    # only the outermost of nested paths: binding a parent brings its children along
+    keep = [p for p in keep if not any(p != q and p.startswith(q + "/") for q in keep)]
+    aside = []
+    for i, path in enumerate(keep):
+        spot = f"/mnt/.keep{i}"
+        os.makedirs(spot)
+        subprocess.run(["mount", "--bind", path, spot], check=True)
+        aside.append((spot, path))
+    subprocess.run(["mount", "-t", "tmpfs", "aicache-readme-tmp", "/tmp"], check=True)
+    for spot, path in aside:
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(["mount", "--bind", spot, path], check=True)
 
 
 if __name__ == "__main__":
