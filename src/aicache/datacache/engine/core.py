@@ -49,19 +49,18 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from aicache.datacache.budget import DEFAULT_FREE_SPACE_RATIO
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
-from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
+from aicache.datacache.engine.blockmap import BlockMapping
+from aicache.datacache.engine.fetch import Fetcher, _Flight
+from aicache.datacache.engine.meta import FileMeta, MetadataCache
+from aicache.datacache.engine.params import DaemonMode, EngineParams
+from aicache.datacache.engine.remote import RemoteClient
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -74,7 +73,6 @@ from aicache.datacache.policy.driver import (
 )
 from aicache.datacache.policy.system import DataCacheSystem
 from aicache.datacache.store import (
-    DEFAULT_CACHE_MODE,
     HEADER_SIZE,
     BlockKey,
     Put,
@@ -82,125 +80,12 @@ from aicache.datacache.store import (
     UncachedStore,
     open_store,
 )
-from aicache.datacache.version import VersionGone, VersionScheme, scheme_for
-from aicache.errors import BadInput
+from aicache.datacache.version import scheme_for
 
 log = logging.getLogger("aicache.datacache")
 
-DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 
-
-class RemoteReadError(OSError):
-    """A remote read failed after every retry (nothing was cached)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FileMeta:
-    """What the engine knows of one remote file: its size and version (the block key's
-    version, see :mod:`aicache.datacache.version`); ``pin`` is what a range read asks the
-    remote for to get exactly that version, when it is not the version itself."""
-
-    path: str
-    size: int
-    version: str
-    pin: str = ""
-
-
-@dataclass(slots=True)
-class EngineParams:
-    """Knobs of the engine (policy knobs live in the system)."""
-
-    block_size: int = DEFAULT_BLOCK_SIZE
-    max_prefetch: int = 8
-    max_prefetch_bytes: int = 256 * 1024 * 1024
-    retries: int = 3
-    backoff_s: float = 0.05
-    request_timeout_s: float | None = None
-    metadata_ttl_s: float = 60.0
-    seed: int = 0
-    #: when hits re-check the block checksum: "full" (every read), "stat" (once per
-    #: content version of the block file), "none" — see :mod:`aicache.datacache.store`
-    verify: str = "stat"
-    #: bytes of verified block files kept memory-mapped for faster hits (0: off) — see
-    #: :mod:`aicache.datacache.mapped`
-    mmap_bytes: int = DEFAULT_MMAP_BYTES
-    #: mode of the cache's files (directories get ``x`` where it has ``r``): owner-only by
-    #: default; e.g. 0o640 for a cache shared with a group — see :mod:`aicache.datacache.store`
-    cache_mode: int = DEFAULT_CACHE_MODE
-    #: list the whole dataset root once (``find``) on first access, so block ids follow
-    #: the sorted path order across folders and readahead crosses folder boundaries; off,
-    #: each folder is listed on its first read (ids then follow the order folders are met)
-    list_root: bool = True
-    #: longest wait for one answer of the policy daemon (``daemon=True``); past it the
-    #: process decides locally and reconnects later — see :mod:`aicache.datacache.daemon`
-    daemon_timeout_s: float = 1.0
-    #: how often this engine's counters are written under the cache dir (and at close) for
-    #: ``aicache cache stats``; 0: only at close — see :mod:`aicache.datacache.counters`
-    stats_interval_s: float = 1.0
-    #: share of the cache's disk kept free: a larger budget is capped at open, with a
-    #: warning — see :mod:`aicache.datacache.budget`
-    free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO
-    #: deterministic mode (replays, tests; one reading thread): a read fetches and stores
-    #: the prefetches it asked for before it returns, in the order the system named them,
-    #: after its own block — with an injected clock the engine then makes exactly the
-    #: simulator's decisions (``tests/test_engine_vs_sim.py``)
-    sync_prefetch: bool = False
-
-
-class DaemonMode(Enum):
-    """Who owns the policy of an engine."""
-
-    #: this process (one reader, or readers that need not share decisions)
-    LOCAL = "local"
-    #: the cache directory's policy daemon, started if missing
-    SHARED = "auto"
-    #: the cache directory's policy daemon, which must be running
-    CONNECT = "connect"
-
-    @classmethod
-    def of(cls, value: DaemonMode | bool | str) -> DaemonMode:
-        """The mode a user's ``daemon=`` value names (a bool or a string from a URL or
-        a config: ``True``/``"auto"``/``"true"``, ``False``/``"false"``, ``"connect"``)."""
-        if isinstance(value, DaemonMode):
-            return value
-        if isinstance(value, bool):
-            return cls.SHARED if value else cls.LOCAL
-        v = str(value).strip().lower()
-        if v in ("auto", "true", "1", "yes", "shared"):
-            return cls.SHARED
-        if v in ("", "false", "0", "no", "local"):
-            return cls.LOCAL
-        if v == "connect":
-            return cls.CONNECT
-        raise BadInput(f"daemon={value!r} is not a daemon mode; give true, false or connect")
-
-
-def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
-    """``path``'s metadata as ``scheme`` identifies the target's ``info`` record."""
-    ident = scheme.identify(info)
-    return FileMeta(path, ident.size, ident.version, ident.pin)
-
-
-class _Flight:
-    """One in-flight fetch of a block. Whoever ``claim``s it fetches; others wait."""
-
-    __slots__ = ("future", "_claimed", "_mutex", "nbytes")
-
-    def __init__(self, nbytes: int, claimed: bool) -> None:
-        self.future: cf.Future[bytes] = cf.Future()
-        self._claimed = claimed
-        self._mutex = threading.Lock()
-        self.nbytes = nbytes
-
-    def claim(self) -> bool:
-        with self._mutex:
-            if self._claimed:
-                return False
-            self._claimed = True
-            return True
-
-
-class CacheEngine:
+class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
     """Block-cached reads of ``target`` (any fsspec filesystem) into ``cache_dir``.
 
     ``policy``: a system name (``chiron``, ``juicefs``, ``alluxio``, ``lru+stride``, a bare
@@ -312,215 +197,6 @@ class CacheEngine:
         s["mapped_bytes"], s["mapped_blocks"] = m.mapped_bytes, len(m)
         s["mapped_stale_dropped"] = m.dropped_stale
         return s
-
-    # -- metadata and the block map -------------------------------------------------------
-    def stat(self, path: str) -> FileMeta:
-        """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
-        older than that, since a remote stat bypasses the target's own listing cache)."""
-        now = self._clock()
-        meta = self._cached_meta(path, now)
-        if meta is not None:
-            return meta
-        path = self.target._strip_protocol(path)
-        meta = self._cached_meta(path, now)
-        if meta is not None:
-            return meta
-        self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
-        try:
-            info = self._remote(self.target.info, path)
-            if info.get("type", "file") == "directory":
-                raise IsADirectoryError(path)
-            meta = file_meta(self.versions, path, info)
-        except (FileNotFoundError, IsADirectoryError):
-            self.forget(path)
-            raise
-        self._ensure_mapped(meta)
-        with self._lock:
-            self._meta[path] = (meta, now)
-        return meta
-
-    def forget(self, path: str) -> None:
-        """Drop ``path``'s cached metadata: the next :meth:`stat` asks the remote."""
-        with self._lock:
-            self._meta.pop(path, None)
-
-    def target_cache_since(self, path: str, subtree: bool = False) -> float:
-        """Before asking the target about ``path`` (a listing, an ``info``): drop what the
-        target's own metadata cache (s3fs's dircache, which never expires) holds about it
-        once that may be ``metadata_ttl_s`` old. Returns the time since which anything the
-        target answers about ``path`` was fetched (a lower bound on its age).
-
-        Sound because an invalidation of ``path`` drops its entry and its parents' (the
-        listing an ``info`` of a file is answered from), so whatever the target answers
-        from later was fetched after it. ``subtree``: about everything under ``path`` too
-        (a ``find``, which may answer sub-folders from their own cached listings): the
-        target's whole cache is dropped when it may be stale."""
-        now = self._clock()
-        key = path + "/**" if subtree else path
-        t = self._target_since.get(key)
-        if t is None or now - t >= self.params.metadata_ttl_s:
-            self.target.invalidate_cache(None if subtree else path)
-            if len(self._target_since) >= 1 << 16:
-                self._target_since.clear()
-            self._target_since[key] = t = now
-        return t
-
-    def info(self, path: str) -> dict[str, Any] | None:
-        """The target's ``info`` of ``path`` (None: no such path), from the metadata cache
-        while younger than ``metadata_ttl_s``, else asked through the remote's retries and
-        timeout (bypassing the target's own listing cache, as :meth:`stat` does). A path
-        that does not exist is remembered as such for the TTL too."""
-        now = self._clock()
-        hit = self._info.get(path)  # a dict read is atomic: no lock
-        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
-            return hit[0]
-        self.target.invalidate_cache(path)
-        try:
-            info: dict[str, Any] | None = self._remote(self.target.info, path)
-        except FileNotFoundError:
-            info = None
-        self._remember_info(path, info, now)
-        return info
-
-    def ls(self, path: str) -> list[dict[str, Any]]:
-        """The target's detailed listing of directory ``path``, no older than
-        ``metadata_ttl_s``, through the remote's retries and timeout; each entry's ``info``
-        is cached under ``path/NAME`` as old as the listing may be."""
-        since = self.target_cache_since(path)
-        entries: list[dict[str, Any]] = self._remote(self.target.ls, path, detail=True)
-        base = path.rstrip("/")
-        for e in entries:
-            name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
-            if name:
-                self._remember_info(f"{base}/{name}", e, since)
-        return entries
-
-    def forget_info(self, path: str) -> None:
-        """Drop ``path``'s cached ``info`` (its attributes predate the version opened)."""
-        with self._lock:
-            self._info.pop(path, None)
-
-    def info_is_cached(self, path: str) -> bool:
-        """Whether :meth:`info` of ``path`` would answer without asking the remote."""
-        hit = self._info.get(path)
-        return hit is not None and self._clock() - hit[1] < self.params.metadata_ttl_s
-
-    def cached_info(self, path: str) -> dict[str, Any] | None:
-        """``path``'s cached ``info``, however old (None: none, or no such path)."""
-        hit = self._info.get(path)
-        return hit[0] if hit is not None else None
-
-    def _remember_info(self, path: str, info: dict[str, Any] | None, asked: float) -> None:
-        with self._lock:
-            if len(self._info) >= 1 << 18:  # bounded: a cleared entry is asked again
-                self._info.clear()
-            self._info[path] = (info, asked)
-
-    def stat_is_cached(self, path: str) -> bool:
-        """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE
-        session answers such requests inline and sends the others to a worker)."""
-        return self._cached_meta(path, self._clock()) is not None
-
-    def _cached_meta(self, path: str, now: float) -> FileMeta | None:
-        hit = self._meta.get(path)  # a dict read is atomic: no lock
-        return hit[0] if hit is not None and now - hit[1] < self.params.metadata_ttl_s else None
-
-    def _ensure_mapped(self, meta: FileMeta) -> None:
-        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
-        if self._root and self.params.list_root and self._root not in self._listed \
-                and meta.path.startswith(self._root + "/"):
-            self._map_root()
-        if parent not in self._listed:
-            asked = self._clock()  # the entries are no older than this
-            try:
-                self.target.invalidate_cache(parent or "/")
-                entries = self._remote(self.target.ls, parent or "/", detail=True)
-            except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
-                entries = []
-            files = []
-            with self._lock:
-                if parent not in self._listed:
-                    self._listed.add(parent)
-                    for e in entries:
-                        if e.get("type") != "file":
-                            continue
-                        name = self.target._strip_protocol(e["name"])
-                        try:
-                            m = file_meta(self.versions, name, e)
-                        except FileNotFoundError:  # gone since it was listed
-                            continue
-                        self._meta.setdefault(name, (m, asked))
-                        files.append((name, m.size))
-            if files:
-                for path, (base, n) in self.policy.register(files).items():
-                    self._bases[path] = base
-                    self._nblocks[path] = n
-        n = max(1, math.ceil(meta.size / self.block_size))
-        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
-            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
-            self._bases[meta.path] = base
-            self._nblocks[meta.path] = have
-
-    def _map_root(self) -> None:
-        """Register every file under the dataset root at once, sorted by path: a sorted
-        traversal of the dataset is then one stride, across folder boundaries too."""
-        asked = self._clock()  # the entries are no older than this
-        try:
-            self.target.invalidate_cache()  # a find may answer from any sub-folder's listing
-            found = self._remote(self.target.find, self._root, detail=True)
-        except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
-            found = {}
-        files = []
-        with self._lock:
-            if self._root in self._listed:
-                return
-            self._listed.add(self._root)
-            for name, e in found.items():
-                if e.get("type") != "file":
-                    continue
-                name = self.target._strip_protocol(name)
-                try:
-                    m = file_meta(self.versions, name, e)
-                except FileNotFoundError:  # gone since it was listed
-                    continue
-                self._meta.setdefault(name, (m, asked))
-                files.append((name, m.size))
-                self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
-        if files:
-            for path, (base, n) in self.policy.register(files).items():
-                self._bases[path] = base
-                self._nblocks[path] = n
-
-    def block_id(self, path: str, index: int) -> int:
-        """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""
-        return self._bases[path] + index
-
-    def unit_of(self, path: str) -> str:
-        """The ``unit`` told to the system: the file's path relative to ``root`` (the mount's
-        remote root, if any). Systems group files into dataset units themselves (the first
-        path component(s)), and file-aware prefetchers (SFP) need the file."""
-        r = self._root
-        if r and path.startswith(r):
-            rel = path[len(r):].lstrip("/")
-            if not rel:
-                return path
-            # a file directly under the root belongs to the root's unit ("."), like the
-            # files of a folder to that folder's: bare "name" would read as a unit of its
-            # own, i.e. one unit (with its own statistics and reviews) per top-level file
-            return rel if "/" in rel else "./" + rel
-        return path
-
-    def _extent_of_unit(self, unit: str) -> tuple[int, int] | None:
-        """The block range of the file :meth:`unit_of` named ``unit`` (its inverse), from the
-        local block map; None while the file is not registered."""
-        assert isinstance(self.policy, SystemDriver)
-        bmap = self.policy.map
-        r = self._root
-        if r and not unit.startswith(r):
-            ext = bmap.extent(f"{r}/{unit[2:] if unit.startswith('./') else unit}")
-            if ext is not None:
-                return ext
-        return bmap.extent(unit)
 
     # -- reads --------------------------------------------------------------------------------
     def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -661,26 +337,6 @@ class CacheEngine:
             self._schedule(acc.prefetch)
         self.metrics.hits.inc()
         self.metrics.hit_bytes.inc(size)
-
-    def _fetch_and_store(self, meta: FileMeta, idx: int, bid: int, unit: str, key: BlockKey,
-                         flight: _Flight, prefetched: bool) -> bytes:
-        try:
-            data = self._fetch(meta, idx)
-        except BaseException as exc:
-            flight.future.set_exception(exc)
-            with self._lock:
-                if self._inflight.get(key) is flight:
-                    del self._inflight[key]
-            raise
-        try:
-            self._insert(unit, bid, key, data, prefetched)
-        finally:
-            flight.future.set_result(data)
-            with self._lock:
-                if self._inflight.get(key) is flight:
-                    del self._inflight[key]
-        return data
-
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool) -> None:
         """A fetched block: ask the policy once, then apply its answer to the store."""
         try:
@@ -752,148 +408,6 @@ class CacheEngine:
             self._policy_warned = True
             log.warning("aicache: the cache policy failed (%s: %s); reads go on", type(exc).__name__, exc)
 
-    # -- remote -------------------------------------------------------------------------------
-    def _remote(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call the remote with bounded retries + exponential backoff (+ optional timeout)."""
-        p = self.params
-        last: BaseException | None = None
-        for attempt in range(p.retries + 1):
-            try:
-                if self._io_pool is not None:
-                    fut = self._io_pool.submit(fn, *args, **kwargs)
-                    try:
-                        return fut.result(timeout=p.request_timeout_s)
-                    except cf.TimeoutError:
-                        fut.cancel()
-                        raise TimeoutError(f"no answer within {p.request_timeout_s}s") from None
-                return fn(*args, **kwargs)
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
-                    VersionGone):
-                raise
-            except Exception as exc:  # noqa: BLE001 - remote clients raise anything
-                last = exc
-                if attempt < p.retries:
-                    self.metrics.remote_retries.inc()
-                    time.sleep(p.backoff_s * (2 ** attempt))
-        self.metrics.remote_errors.inc()
-        what = args[0] if args else ""
-        raise RemoteReadError(5, f"remote {getattr(fn, '__name__', 'call')}({what!s}) failed after "
-                                 f"{p.retries + 1} attempts: {type(last).__name__}: {last}")
-
-    def _fetch(self, meta: FileMeta, idx: int) -> bytes:
-        start = idx * self.block_size
-        end = min(meta.size, start + self.block_size)
-
-        def get(_what: str) -> bytes:
-            data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
-            if len(data) != end - start:
-                raise OSError(f"short read: {len(data)} of {end - start} bytes")
-            return data
-
-        get.__name__ = "cat_file"
-        try:
-            data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
-        except VersionGone:
-            # this version is gone: the next open asks the remote for the current one
-            self.metrics.versions_gone.inc()
-            with self._lock:
-                if self._meta.get(meta.path, (None,))[0] == meta:
-                    del self._meta[meta.path]
-            raise
-        self.metrics.remote_bytes.inc(len(data))
-        return data
-
-    # -- prefetch -----------------------------------------------------------------------------
-    def _schedule(self, blocks: Sequence[int]) -> None:
-        p = self.params
-        for bid in blocks:
-            if self.policy.is_resident(bid):
-                continue
-            loc = self.policy.locate(bid)
-            if loc is None:
-                continue
-            m = self._meta.get(loc[0])
-            if m is not None and self.store.contains(BlockKey(loc[0], m[0].version, loc[1])):
-                continue  # stored by another process (or an earlier run): nothing to fetch
-            with self._lock:
-                path, idx = loc
-                m = self._meta.get(path)
-                if m is None or idx * self.block_size >= max(1, m[0].size):
-                    continue
-                meta = m[0]
-                key = BlockKey(path, meta.version, idx)
-                if key in self._inflight:
-                    continue
-                nbytes = min(self.block_size, meta.size - idx * self.block_size)
-                if (self._prefetch_count >= 2 * p.max_prefetch
-                        or self._prefetch_bytes + nbytes > p.max_prefetch_bytes):
-                    self.metrics.prefetch_dropped.inc()  # each one, as the simulator counts
-                    continue
-                flight = _Flight(nbytes, claimed=False)
-                self._inflight[key] = flight
-                self._prefetch_count += 1
-                self._prefetch_bytes += nbytes
-            self.metrics.prefetch_issued.inc()
-            if self._sync is not None:
-                self._sync.append((meta, idx, bid, key, flight))
-                continue
-            try:
-                self._pool.submit(self._prefetch_one, meta, idx, bid, key, flight)
-            except RuntimeError:  # pool shut down
-                self._release_prefetch(key, flight)
-                return
-
-    def _run_sync_prefetches(self) -> None:
-        """``sync_prefetch``: fetch and store the queued prefetches now, in order."""
-        q = self._sync
-        assert q is not None
-        while q:
-            self._prefetch_one(*q.pop(0))
-
-    def _release_prefetch(self, key: BlockKey, flight: _Flight) -> None:
-        """Give up a scheduled prefetch that will not run (pool shut down)."""
-        mine = flight.claim()  # False: a demand read took it over and will finish it
-        with self._lock:
-            if mine and self._inflight.get(key) is flight:
-                del self._inflight[key]
-            self._prefetch_count -= 1
-            self._prefetch_bytes -= flight.nbytes
-        if mine:
-            flight.future.set_exception(RemoteReadError(5, "prefetch cancelled"))
-
-    def _prefetch_one(self, meta: FileMeta, idx: int, bid: int, key: BlockKey, flight: _Flight) -> None:
-        if self._closed or not flight.claim():  # a demand read took it over (or closing)
-            with self._lock:
-                self._prefetch_count -= 1
-                self._prefetch_bytes -= flight.nbytes
-            return
-        try:
-            try:
-                data = self._fetch(meta, idx)
-            except Exception as exc:  # noqa: BLE001 - prefetch failures are counted, not raised
-                log.debug("prefetch of %s failed: %s", key, exc)
-                flight.future.set_exception(exc)
-                return
-            try:
-                self._insert(self.unit_of(meta.path), bid, key, data, True)
-            finally:
-                flight.future.set_result(data)
-        finally:
-            with self._lock:
-                if self._inflight.get(key) is flight:
-                    del self._inflight[key]
-                self._prefetch_count -= 1
-                self._prefetch_bytes -= flight.nbytes
-
-    def wait_prefetches(self, timeout: float = 30.0) -> None:
-        """Block until no prefetch is in flight (tests, benchmarks)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._prefetch_count == 0:
-                    return
-            time.sleep(0.005)
-
     # -- lifecycle ----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         st = self.store.stats()
@@ -925,6 +439,3 @@ class CacheEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def default_cache_dir() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "aicache")

@@ -1,0 +1,129 @@
+"""The engine's use of the block map: stable block ids per file (directory or dataset-root
+listings registered with the policy) and the ``unit`` a file's blocks are reported under."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from aicache.datacache.engine.meta import FileMeta, file_meta
+from aicache.datacache.policy.driver import PolicyPort, SystemDriver
+from aicache.datacache.version import VersionScheme
+
+
+class BlockMapping:
+    """:class:`~aicache.datacache.engine.CacheEngine`'s block-map methods (a mixin: the
+    state lives on the engine, guarded by its ``_lock``)."""
+
+    params: Any
+    target: Any
+    versions: VersionScheme
+    policy: PolicyPort
+    block_size: int
+    _root: str
+    _clock: Callable[[], float]
+    _lock: threading.Lock
+    _meta: dict[str, tuple[FileMeta, float]]
+    _listed: set[str]
+    _bases: dict[str, int]
+    _nblocks: dict[str, int]
+    _remote: Callable[..., Any]
+
+    def _ensure_mapped(self, meta: FileMeta) -> None:
+        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
+        if self._root and self.params.list_root and self._root not in self._listed \
+                and meta.path.startswith(self._root + "/"):
+            self._map_root()
+        if parent not in self._listed:
+            asked = self._clock()  # the entries are no older than this
+            try:
+                self.target.invalidate_cache(parent or "/")
+                entries = self._remote(self.target.ls, parent or "/", detail=True)
+            except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
+                entries = []
+            files = []
+            with self._lock:
+                if parent not in self._listed:
+                    self._listed.add(parent)
+                    for e in entries:
+                        if e.get("type") != "file":
+                            continue
+                        name = self.target._strip_protocol(e["name"])
+                        try:
+                            m = file_meta(self.versions, name, e)
+                        except FileNotFoundError:  # gone since it was listed
+                            continue
+                        self._meta.setdefault(name, (m, asked))
+                        files.append((name, m.size))
+            if files:
+                for path, (base, n) in self.policy.register(files).items():
+                    self._bases[path] = base
+                    self._nblocks[path] = n
+        n = max(1, math.ceil(meta.size / self.block_size))
+        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
+            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
+            self._bases[meta.path] = base
+            self._nblocks[meta.path] = have
+
+    def _map_root(self) -> None:
+        """Register every file under the dataset root at once, sorted by path: a sorted
+        traversal of the dataset is then one stride, across folder boundaries too."""
+        asked = self._clock()  # the entries are no older than this
+        try:
+            self.target.invalidate_cache()  # a find may answer from any sub-folder's listing
+            found = self._remote(self.target.find, self._root, detail=True)
+        except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
+            found = {}
+        files = []
+        with self._lock:
+            if self._root in self._listed:
+                return
+            self._listed.add(self._root)
+            for name, e in found.items():
+                if e.get("type") != "file":
+                    continue
+                name = self.target._strip_protocol(name)
+                try:
+                    m = file_meta(self.versions, name, e)
+                except FileNotFoundError:  # gone since it was listed
+                    continue
+                self._meta.setdefault(name, (m, asked))
+                files.append((name, m.size))
+                self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
+        if files:
+            for path, (base, n) in self.policy.register(files).items():
+                self._bases[path] = base
+                self._nblocks[path] = n
+
+    def block_id(self, path: str, index: int) -> int:
+        """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""
+        return self._bases[path] + index
+
+    def unit_of(self, path: str) -> str:
+        """The ``unit`` told to the system: the file's path relative to ``root`` (the mount's
+        remote root, if any). Systems group files into dataset units themselves (the first
+        path component(s)), and file-aware prefetchers (SFP) need the file."""
+        r = self._root
+        if r and path.startswith(r):
+            rel = path[len(r):].lstrip("/")
+            if not rel:
+                return path
+            # a file directly under the root belongs to the root's unit ("."), like the
+            # files of a folder to that folder's: bare "name" would read as a unit of its
+            # own, i.e. one unit (with its own statistics and reviews) per top-level file
+            return rel if "/" in rel else "./" + rel
+        return path
+
+    def _extent_of_unit(self, unit: str) -> tuple[int, int] | None:
+        """The block range of the file :meth:`unit_of` named ``unit`` (its inverse), from the
+        local block map; None while the file is not registered."""
+        assert isinstance(self.policy, SystemDriver)
+        bmap = self.policy.map
+        r = self._root
+        if r and not unit.startswith(r):
+            ext = bmap.extent(f"{r}/{unit[2:] if unit.startswith('./') else unit}")
+            if ext is not None:
+                return ext
+        return bmap.extent(unit)

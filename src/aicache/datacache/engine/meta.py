@@ -1,0 +1,162 @@
+"""The engine's metadata cache: file size/version (``_meta``, for reads) and the target's
+``info``/``ls`` answers (``_info``, for FUSE attributes), both reused for ``metadata_ttl_s``.
+
+The two tables stay separate: ``_meta`` holds a :class:`FileMeta` keyed by the stripped path
+and is what block keys are pinned to (a :class:`~aicache.datacache.version.VersionGone` drops
+only it), while ``_info`` holds raw records keyed by the path FUSE asks for, including
+remembered absences; they are invalidated by different events.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aicache.datacache.version import VersionScheme
+
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    """What the engine knows of one remote file: its size and version (the block key's
+    version, see :mod:`aicache.datacache.version`); ``pin`` is what a range read asks the
+    remote for to get exactly that version, when it is not the version itself."""
+
+    path: str
+    size: int
+    version: str
+    pin: str = ""
+
+
+
+def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:
+    """``path``'s metadata as ``scheme`` identifies the target's ``info`` record."""
+    ident = scheme.identify(info)
+    return FileMeta(path, ident.size, ident.version, ident.pin)
+
+
+class MetadataCache:
+    """:class:`~aicache.datacache.engine.CacheEngine`'s metadata methods (a mixin: the
+    state lives on the engine, guarded by its ``_lock``)."""
+
+    params: Any
+    target: Any
+    versions: VersionScheme
+    _clock: Callable[[], float]
+    _lock: threading.Lock
+    _meta: dict[str, tuple[FileMeta, float]]
+    _info: dict[str, tuple[dict[str, Any] | None, float]]
+    _target_since: dict[str, float]
+    _remote: Callable[..., Any]
+    _ensure_mapped: Callable[[FileMeta], None]
+
+    def stat(self, path: str) -> FileMeta:
+        """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
+        older than that, since a remote stat bypasses the target's own listing cache)."""
+        now = self._clock()
+        meta = self._cached_meta(path, now)
+        if meta is not None:
+            return meta
+        path = self.target._strip_protocol(path)
+        meta = self._cached_meta(path, now)
+        if meta is not None:
+            return meta
+        self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+        try:
+            info = self._remote(self.target.info, path)
+            if info.get("type", "file") == "directory":
+                raise IsADirectoryError(path)
+            meta = file_meta(self.versions, path, info)
+        except (FileNotFoundError, IsADirectoryError):
+            self.forget(path)
+            raise
+        self._ensure_mapped(meta)
+        with self._lock:
+            self._meta[path] = (meta, now)
+        return meta
+
+    def forget(self, path: str) -> None:
+        """Drop ``path``'s cached metadata: the next :meth:`stat` asks the remote."""
+        with self._lock:
+            self._meta.pop(path, None)
+
+    def target_cache_since(self, path: str, subtree: bool = False) -> float:
+        """Before asking the target about ``path`` (a listing, an ``info``): drop what the
+        target's own metadata cache (s3fs's dircache, which never expires) holds about it
+        once that may be ``metadata_ttl_s`` old. Returns the time since which anything the
+        target answers about ``path`` was fetched (a lower bound on its age).
+
+        Sound because an invalidation of ``path`` drops its entry and its parents' (the
+        listing an ``info`` of a file is answered from), so whatever the target answers
+        from later was fetched after it. ``subtree``: about everything under ``path`` too
+        (a ``find``, which may answer sub-folders from their own cached listings): the
+        target's whole cache is dropped when it may be stale."""
+        now = self._clock()
+        key = path + "/**" if subtree else path
+        t = self._target_since.get(key)
+        if t is None or now - t >= self.params.metadata_ttl_s:
+            self.target.invalidate_cache(None if subtree else path)
+            if len(self._target_since) >= 1 << 16:
+                self._target_since.clear()
+            self._target_since[key] = t = now
+        return t
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        """The target's ``info`` of ``path`` (None: no such path), from the metadata cache
+        while younger than ``metadata_ttl_s``, else asked through the remote's retries and
+        timeout (bypassing the target's own listing cache, as :meth:`stat` does). A path
+        that does not exist is remembered as such for the TTL too."""
+        now = self._clock()
+        hit = self._info.get(path)  # a dict read is atomic: no lock
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        self.target.invalidate_cache(path)
+        try:
+            info: dict[str, Any] | None = self._remote(self.target.info, path)
+        except FileNotFoundError:
+            info = None
+        self._remember_info(path, info, now)
+        return info
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        """The target's detailed listing of directory ``path``, no older than
+        ``metadata_ttl_s``, through the remote's retries and timeout; each entry's ``info``
+        is cached under ``path/NAME`` as old as the listing may be."""
+        since = self.target_cache_since(path)
+        entries: list[dict[str, Any]] = self._remote(self.target.ls, path, detail=True)
+        base = path.rstrip("/")
+        for e in entries:
+            name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
+            if name:
+                self._remember_info(f"{base}/{name}", e, since)
+        return entries
+
+    def forget_info(self, path: str) -> None:
+        """Drop ``path``'s cached ``info`` (its attributes predate the version opened)."""
+        with self._lock:
+            self._info.pop(path, None)
+
+    def info_is_cached(self, path: str) -> bool:
+        """Whether :meth:`info` of ``path`` would answer without asking the remote."""
+        hit = self._info.get(path)
+        return hit is not None and self._clock() - hit[1] < self.params.metadata_ttl_s
+
+    def cached_info(self, path: str) -> dict[str, Any] | None:
+        """``path``'s cached ``info``, however old (None: none, or no such path)."""
+        hit = self._info.get(path)
+        return hit[0] if hit is not None else None
+
+    def _remember_info(self, path: str, info: dict[str, Any] | None, asked: float) -> None:
+        with self._lock:
+            if len(self._info) >= 1 << 18:  # bounded: a cleared entry is asked again
+                self._info.clear()
+            self._info[path] = (info, asked)
+
+    def stat_is_cached(self, path: str) -> bool:
+        """Whether :meth:`stat` of ``path`` would answer without asking the remote (a FUSE
+        session answers such requests inline and sends the others to a worker)."""
+        return self._cached_meta(path, self._clock()) is not None
+
+    def _cached_meta(self, path: str, now: float) -> FileMeta | None:
+        hit = self._meta.get(path)  # a dict read is atomic: no lock
+        return hit[0] if hit is not None and now - hit[1] < self.params.metadata_ttl_s else None

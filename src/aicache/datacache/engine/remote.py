@@ -1,0 +1,82 @@
+"""The engine's remote client: bounded retries with backoff, an optional per-request
+timeout, and fetches pinned to a file's version."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aicache.datacache.engine.meta import FileMeta
+from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.version import VersionGone, VersionScheme
+
+class RemoteReadError(OSError):
+    """A remote read failed after every retry (nothing was cached)."""
+
+
+
+class RemoteClient:
+    """:class:`~aicache.datacache.engine.CacheEngine`'s remote calls (a mixin: the state
+    lives on the engine)."""
+
+    params: Any
+    target: Any
+    versions: VersionScheme
+    metrics: EngineMetrics
+    block_size: int
+    _io_pool: cf.ThreadPoolExecutor | None
+    _lock: threading.Lock
+    _meta: dict[str, tuple[FileMeta, float]]
+
+    def _remote(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call the remote with bounded retries + exponential backoff (+ optional timeout)."""
+        p = self.params
+        last: BaseException | None = None
+        for attempt in range(p.retries + 1):
+            try:
+                if self._io_pool is not None:
+                    fut = self._io_pool.submit(fn, *args, **kwargs)
+                    try:
+                        return fut.result(timeout=p.request_timeout_s)
+                    except cf.TimeoutError:
+                        fut.cancel()
+                        raise TimeoutError(f"no answer within {p.request_timeout_s}s") from None
+                return fn(*args, **kwargs)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+                    VersionGone):
+                raise
+            except Exception as exc:  # noqa: BLE001 - remote clients raise anything
+                last = exc
+                if attempt < p.retries:
+                    self.metrics.remote_retries.inc()
+                    time.sleep(p.backoff_s * (2 ** attempt))
+        self.metrics.remote_errors.inc()
+        what = args[0] if args else ""
+        raise RemoteReadError(5, f"remote {getattr(fn, '__name__', 'call')}({what!s}) failed after "
+                                 f"{p.retries + 1} attempts: {type(last).__name__}: {last}")
+
+    def _fetch(self, meta: FileMeta, idx: int) -> bytes:
+        start = idx * self.block_size
+        end = min(meta.size, start + self.block_size)
+
+        def get(_what: str) -> bytes:
+            data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
+            if len(data) != end - start:
+                raise OSError(f"short read: {len(data)} of {end - start} bytes")
+            return data
+
+        get.__name__ = "cat_file"
+        try:
+            data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
+        except VersionGone:
+            # this version is gone: the next open asks the remote for the current one
+            self.metrics.versions_gone.inc()
+            with self._lock:
+                if self._meta.get(meta.path, (None,))[0] == meta:
+                    del self._meta[meta.path]
+            raise
+        self.metrics.remote_bytes.inc(len(data))
+        return data
