@@ -220,6 +220,25 @@ def test_report_references_existing_pngs_and_contains_tables(quick_run: RunResul
     assert "badge met" in html  # goals are highlighted
 
 
+def test_published_results_without_cells_log_report_the_same_rows(
+        quick_run: RunResult, tmp_path: Path) -> None:
+    """A results folder as published (``run.json`` + ``results.parquet`` + PNGs, no
+    ``cells.jsonl``) rebuilds the same rows and the same report tables."""
+    import shutil
+
+    from aicache.experiments.runner import load_rows
+
+    pub = tmp_path / "pub"
+    shutil.copytree(quick_run.out_dir, pub / NAME)
+    (pub / NAME / "cells.jsonl").unlink()
+    rows, meta = load_rows(pub, NAME)
+    assert meta["keys"] == [r["_key"] for r in quick_run.rows]
+    assert by_key(rows) == by_key(quick_run.rows)
+    html = write_report(pub, [NAME]).read_text()
+    lru = next(r for r in quick_run.rows if r["policy"] == "lru")
+    assert f"{lru['miss_ratio']:.4g}" in html and "(no rows)" not in html
+
+
 def test_select_cells_filters_and_rejects_bad_filters() -> None:
     cells = [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "x"}]
     assert select_cells(cells, {"b": "x"}) == [cells[0], cells[2]]

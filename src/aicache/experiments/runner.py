@@ -413,11 +413,52 @@ def read_run_meta(out_dir: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _rows_from_results(exp_dir: Path) -> dict[str, dict[str, Any]]:
+    """The rows of ``results.parquet`` (or ``results.csv``) keyed by ``_key``: what a
+    published results folder keeps when its append log ``cells.jsonl`` is not shipped.
+
+    The inverse of :func:`write_results` for what it writes: JSON text that encoded a list
+    or dict is decoded, and a column a row did not have (null there) is left out of that
+    row, so a section renders from these rows as from the stored cells."""
+    rows: list[dict[str, Any]] = []
+    pq_path, csv_path = exp_dir / "results.parquet", exp_dir / "results.csv"
+    if pq_path.exists():
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            return {}
+        rows = pq.read_table(pq_path).to_pylist()
+    elif csv_path.exists():
+        import csv
+
+        with open(csv_path, newline="") as f:
+            rows = [{k: v for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        row: dict[str, Any] = {}
+        for k, v in r.items():
+            if v is None:
+                continue
+            if isinstance(v, str) and v[:1] in "[{":
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+            row[k] = v
+        key = row.get("_key")
+        if isinstance(key, str):
+            out[key] = row
+    return out
+
+
 def load_rows(out: Path, name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The rows of the last run of ``name`` under ``out`` (its grid, cell order) and its
-    ``run.json``; without ``run.json`` every stored row."""
+    ``run.json``; without ``run.json`` every stored row. Without ``cells.jsonl`` (a
+    published results folder) the rows come from the results file."""
     exp_dir = Path(out) / name
     stored = CellStore(exp_dir / CELLS_FILE).load()
+    if not stored:
+        stored = _rows_from_results(exp_dir)
     meta = read_run_meta(exp_dir)
     keys = meta.get("keys")
     if isinstance(keys, list):
