@@ -43,7 +43,7 @@ class PolicySystem(DataCacheSystem):
     def __init__(self, name: str, eviction: str, prefetch: str, capacity_bytes: int, *,
                  seed: int = 0, unit_depth: int = 1, prefetch_params: dict[str, Any] | None = None,
                  eviction_params: dict[str, Any] | None = None) -> None:
-        self.name = name  # type: ignore[misc]
+        self.name = name  # type: ignore[misc]  # ClassVar in the interface; per pair here
         self.capacity = capacity_bytes
         self.policy: EvictionPolicy = EVICTION.get(eviction)(
             capacity_bytes, rng=random.Random(seed), **(eviction_params or {}))
@@ -101,7 +101,7 @@ class PolicySystem(DataCacheSystem):
             self.policy.on_remove(block)
 
     def held(self) -> Collection[int]:
-        return set(self.policy.keys())  # type: ignore[arg-type]
+        return set(self.policy.keys())  # type: ignore[arg-type]  # keys here are block ids
 
 
 class NoCacheSystem(DataCacheSystem):
