@@ -27,8 +27,15 @@ from aicache.datacache.fuse import lowlevel, lowlevel_abi
 from aicache.datacache.store import DEFAULT_RACY_WINDOW_S
 from s3fixtures import mounted_file, start_mount, stop_mount, wait_mounted
 
-pytestmark = pytest.mark.skipif(not lowlevel_abi.supported(),
-                                reason="the low-level driver needs libfuse 3 before 3.17")
+
+
+def test_setup_provides_the_libfuse_the_low_level_driver_is_built_for() -> None:
+    """scripts/setup.sh installs fuse3 (libfuse 3.14 on this Debian); the driver's structure
+    layouts are those of libfuse 3 before 3.17. A machine without it fails here instead of
+    passing the tests below as nothing tested."""
+    assert lowlevel_abi.supported(), (
+        f"{lowlevel_abi.libfuse_version()}: the low-level driver needs libfuse 3 before 3.17 "
+        "(scripts/setup.sh installs fuse3)")
 
 RACY_WAIT_S = DEFAULT_RACY_WINDOW_S + 0.1
 MiB = 1024 * 1024
