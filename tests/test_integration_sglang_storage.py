@@ -88,7 +88,7 @@ def test_readme_config_builds_our_backend(tmp_path):
     assert extra.pop("hicache_storage_pass_prefix_keys") is True  # SGLang's own key
     extra["root_dir"] = str(tmp_path)  # the README's NVMe path, here a temporary one
     b = StorageBackendFactory.create_backend("dynamic", storage_config(extra), None)
-    assert type(b) is SariaHiCacheStorage and b.rule.label == "E2"
+    assert type(b) is SariaHiCacheStorage and b.admission.label == "E2"
     assert b.ssd_bytes == 549755813888
     b.close()
 

@@ -112,10 +112,10 @@ def test_capacity_never_exceeded_and_hits_return_stored_bytes(tmp_path):
         served += len(got)
         h.put(ks, {**data, **{k: data.setdefault(k, payload(k)) for k in ks}})
         tier: SariaSSDTier = h.tier  # type: ignore[assignment]
-        ssd = tier._store.ssd
+        ssd = tier._chunks.store.ssd
         assert ssd is not None and ssd.files_size() <= ssd.budget_bytes
         assert len(tier.held_keys()) <= ssd.n_slots <= cap
-        tier._store.check()
+        tier._chunks.store.check()
     assert served > 0
     assert h.tier.metrics()["chunks_dropped"] > 0  # the SSD LRU evicted and said so
     h.close()
@@ -197,7 +197,7 @@ def test_in_flight_write_answers_retry(tmp_path):
 def test_failed_write_is_a_failed_job_and_a_miss(tmp_path):
     h = Host(4, saria(tmp_path, admission="full-duplicate"))
     tier: SariaSSDTier = h.tier  # type: ignore[assignment]
-    ssd = tier._store.ssd
+    ssd = tier._chunks.store.ssd
 
     def broken(*a, **k):
         raise OSError(5, "injected EIO")
@@ -228,7 +228,7 @@ def test_corrupt_block_is_a_miss_never_wrong_bytes(tmp_path):
     flush(h, 0, 2, data)
     flush(h, 10, 4, data)
     tier: SariaSSDTier = h.tier  # type: ignore[assignment]
-    for slab in tier._store.ssd.iter_slabs():  # flip a byte in every stored payload
+    for slab in tier._chunks.store.ssd.iter_slabs():  # flip a byte in every stored payload
         raw = bytearray(slab.read_bytes())
         for off in range(0, len(raw), SLOT):
             if raw[off:off + 8] == b"AICKVBLK":
@@ -242,6 +242,53 @@ def test_corrupt_block_is_a_miss_never_wrong_bytes(tmp_path):
     removed = [k for e in tier.take_events() if e.removed for k in e.keys]
     assert key(0) in removed
     h.close()
+
+
+def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
+    """``admission`` names a registered policy: ``oracle`` writes exactly the chunks in its
+    key file at their first offer; a policy added to ``CHUNK_ADMISSIONS`` is built from the
+    tier's ``admission_args`` and sees each offer's counted evidence; an unknown name is a
+    one-line error naming the choices."""
+    from aicache.errors import BadInput
+    from aicache.integrations import chunk_tier
+
+    chosen = keys(0, 2)
+    f = tmp_path / "keys.txt"
+    f.write_text("".join(k[:32].hex() + "\n" for k in chosen))
+    h = Host(4, saria(tmp_path / "o", admission="oracle", admission_args={"keys_file": str(f)}))
+    data: dict = {}
+    flush(h, 0, 4, data)  # one offer each: only the oracle's chunks are written
+    flush(h, 100, 4, data)
+    assert h.get(keys(0, 4))[0] == [HIT, HIT, MISS]  # lookups stop at the first miss
+    assert h.tier.metrics()["chunks_written"] == 2 and h.tier.metrics()["admission"] == "oracle"
+    h.close()
+
+    seen: list[tuple[int, int]] = []
+
+    class SecondOffer:  # admits at a chunk's second offer, i.e. E_b ≥ 1 without prewrite
+        label = "second-offer"
+
+        def __init__(self, at: int) -> None:
+            self.at = at
+
+        def admit(self, sk, ev) -> bool:
+            seen.append((ev.E, ev.R))
+            return ev.E >= self.at
+
+    monkeypatch.setitem(chunk_tier.CHUNK_ADMISSIONS, "second-offer",
+                        lambda prewrite, args: SecondOffer(int(args["at"])))
+    h = Host(4, saria(tmp_path / "c", admission="second-offer", admission_args={"at": 1}))
+    a = keys(0, 4)
+    flush(h, 0, 4, data)
+    flush(h, 100, 4, data)
+    assert h.get(a)[0] == [MISS]  # the first chunk's lookup: a known chunk's R_b
+    h.put(a, data)  # the re-offer after eviction: E_b = 1, admitted
+    flush(h, 200, 4, data)
+    assert h.get(a)[0] == [HIT] * 4
+    assert seen[:4] == [(0, 0)] * 4 and seen[8:12] == [(1, 1)] + [(1, 0)] * 3
+    h.close()
+    with pytest.raises(BadInput, match="oracle"):
+        chunk_tier.make_admission("no-such-admission")
 
 
 @pytest.mark.parametrize("seed", [1, 2])

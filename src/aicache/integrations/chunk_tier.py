@@ -11,9 +11,12 @@ share two pieces:
   it (``R_b += 1``). A chunk is *known* once it has been offered: as in the simulator's
   index, reuse is counted only for chunks it has metadata for, so a brand-new chunk's
   first lookup does not count, and its first offer is never taken for an eviction.
-  With prewrite (SARIA's default) an offer is admitted when ``E_b + 1 ≥ θ_E`` or
-  ``R_b ≥ θ_R`` (the eviction it is about to face would qualify it); without prewrite when
-  ``admit(E_b, R_b)`` already holds. ``full-duplicate`` admits every offer.
+  The decision is a :class:`ChunkAdmission`, chosen by name (:func:`make_admission`):
+  SARIA's rule (``E2``, ``R8``, ``E2∨R8``; with prewrite, SARIA's default, an offer is
+  admitted when ``E_b + 1 ≥ θ_E`` or ``R_b ≥ θ_R`` — the eviction it is about to face
+  would qualify it —, without prewrite when ``admit(E_b, R_b)`` already holds),
+  ``full-duplicate`` (every offer), ``oracle`` (a key set fixed in advance: the offline
+  frontier of a replay), or any policy added to :data:`CHUNK_ADMISSIONS`.
 * :class:`SlabChunkStore` — chunks on a :class:`~aicache.kvstore.store.TieredKVStore` with
   no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
   recovery by header scan, an SSD LRU within the byte budget. Each chunk is one block
@@ -27,9 +30,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -65,21 +69,98 @@ class GateCounters:
     references: int = 0  #: reuses counted (known chunks asked for)
 
 
+class ChunkAdmission(Protocol):
+    """Persist a chunk offered for storage? Called once per offer of a chunk not held,
+    after the offer's evidence was counted (``ev.E`` includes the eviction a repeated
+    offer implies; ``ev.R`` the reuses counted so far)."""
+
+    label: str
+
+    def admit(self, sk: StoreKey, ev: Evidence) -> bool: ...
+
+
+class RuleAdmission:
+    """SARIA's E/R rule (``full-duplicate`` admits every offer)."""
+
+    __slots__ = ("rule", "prewrite", "label")
+
+    def __init__(self, rule: AdmissionRule, prewrite: bool) -> None:
+        self.rule = rule
+        self.prewrite = prewrite
+        self.label = rule.label
+
+    def admit(self, sk: StoreKey, ev: Evidence) -> bool:
+        rule = self.rule
+        return rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+
+
+class KeySetAdmission:
+    """Admit exactly the chunks whose hash is in a set fixed in advance (``oracle``: the
+    chunks a write-everything run of the same replay read back from its SSD tier — what
+    an admission that knew the future would write). Namespaces are not compared: the set
+    comes from one model's replay."""
+
+    __slots__ = ("keys", "label")
+
+    def __init__(self, keys: Iterable[bytes], label: str = "oracle") -> None:
+        self.keys = frozenset(digest32(bytes(k)) for k in keys)
+        self.label = label
+
+    def admit(self, sk: StoreKey, ev: Evidence) -> bool:
+        return sk[1] in self.keys
+
+
+#: Builds an admission from ``prewrite`` and the tier's ``admission_args`` mapping.
+ChunkAdmissionFactory = Callable[[bool, Mapping[str, object]], ChunkAdmission]
+
+
+def _oracle(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+    path = args.get("keys_file")
+    if not path:
+        raise BadInput("admission 'oracle': set \"admission_args\": {\"keys_file\": PATH}, a "
+                       "file of chunk hashes in hex, one a line")
+    try:
+        text = Path(str(path)).read_text()
+        return KeySetAdmission(bytes.fromhex(ln.strip()) for ln in text.splitlines()
+                               if ln.strip())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"admission 'oracle': keys_file {path}: {e}; write one hex chunk "
+                       f"hash a line") from e
+
+
+#: Admissions by name, beside SARIA's rules (which :func:`make_admission` parses).
+CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle}
+
+
+def make_admission(name: str, prewrite: bool = True,
+                   args: Mapping[str, object] | None = None) -> ChunkAdmission:
+    """The admission called ``name``: one of :data:`CHUNK_ADMISSIONS`, else a SARIA rule
+    (``E2``, ``R8``, ``E2∨R8``, ``full-duplicate``)."""
+    factory = CHUNK_ADMISSIONS.get(name.strip().lower())
+    if factory is not None:
+        return factory(prewrite, args or {})
+    try:
+        rule = AdmissionRule.parse(name)
+    except BadInput as e:
+        raise BadInput(f"{e}; or one of {', '.join(sorted(CHUNK_ADMISSIONS))}") from None
+    return RuleAdmission(rule, prewrite)
+
+
 class AdmissionGate:
-    """SARIA's E/R decision from offers and references (module docstring).
+    """The evidence SARIA counts (offers, references) and an admission deciding on it
+    (module docstring).
 
     Counters are kept for at most ``capacity`` chunks, least recently seen forgotten
     first (the simulator's metadata reclaim); a forgotten chunk's next offer is a first
     offer again.
     """
 
-    __slots__ = ("rule", "prewrite", "capacity", "_ev", "c")
+    __slots__ = ("policy", "capacity", "_ev", "c")
 
-    def __init__(self, rule: AdmissionRule, prewrite: bool, capacity: int) -> None:
+    def __init__(self, policy: ChunkAdmission, capacity: int) -> None:
         if capacity < 1:
             raise BadInput(f"metadata_entries {capacity}: keep counters for at least one chunk")
-        self.rule = rule
-        self.prewrite = prewrite
+        self.policy = policy
         self.capacity = capacity
         self._ev: OrderedDict[StoreKey, Evidence] = OrderedDict()
         self.c = GateCounters()
@@ -118,8 +199,7 @@ class AdmissionGate:
         else:
             ev.E += 1
             self._ev.move_to_end(sk)
-        rule = self.rule
-        ok = rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+        ok = self.policy.admit(sk, ev)
         self.c.offers += 1
         if ok:
             self.c.admitted += 1

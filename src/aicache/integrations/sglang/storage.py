@@ -51,8 +51,9 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from aicache.errors import BadInput
-from aicache.integrations.chunk_tier import AdmissionGate, SlabChunkStore, StoreKey, digest32
-from aicache.kv.saria import AdmissionRule
+from aicache.integrations.chunk_tier import (
+    AdmissionGate, SlabChunkStore, StoreKey, digest32, make_admission,
+)
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.pool_host import HostKVCache
@@ -96,7 +97,9 @@ class SariaHiCacheStorage(HiCacheStorage):
     docstring). Built by SGLang's ``dynamic`` loader as ``cls(storage_config, kwargs)``;
     configuration comes from ``storage_config.extra_config`` (then ``kwargs``): ``root_dir``
     and ``ssd_bytes`` (the slab files' byte budget per rank) are required; ``admission``
-    (``E2`` default, ``R8``, ``E2∨R8``, ``full-duplicate``), ``prewrite`` (default true),
+    (``E2`` default, ``R8``, ``E2∨R8``, ``full-duplicate``, or a name in
+    :data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS` with its ``admission_args``),
+    ``prewrite`` (default true),
     ``io_threads``, ``metadata_entries`` (pages whose counters are kept; default 8 × SSD
     slots), ``slab_bytes``, ``page_bytes`` (else taken from the host pool or the first page).
     """
@@ -111,8 +114,10 @@ class SariaHiCacheStorage(HiCacheStorage):
                            "--hicache-storage-backend-extra-config to the SSD directory")
         self.ssd_bytes = _positive_int(cfg, "ssd_bytes", "the SSD byte budget per rank "
                                        "(e.g. 107374182400 for 100 GiB)")
-        self.rule = AdmissionRule.parse(str(cfg.get("admission", "E2")))
         self.prewrite = _as_bool(cfg.get("prewrite", True))
+        args = cfg.get("admission_args")
+        self.admission = make_admission(str(cfg.get("admission", "E2")), self.prewrite,
+                                        args if isinstance(args, dict) else None)
         self.io_threads = _positive_int(cfg, "io_threads", "a thread count", default=4)
         self.slab_bytes = _positive_int(cfg, "slab_bytes", "a slab file size", default=32 << 20)
         self._metadata_entries = (None if cfg.get("metadata_entries") is None else _positive_int(
@@ -153,7 +158,7 @@ class SariaHiCacheStorage(HiCacheStorage):
         chunks = SlabChunkStore(self.dir, self.ssd_bytes, page_bytes,
                                 io_threads=self.io_threads, slab_bytes=self.slab_bytes)
         cap = self._metadata_entries or 8 * max(1, chunks.n_slots)
-        self._gate = AdmissionGate(self.rule, self.prewrite, cap)
+        self._gate = AdmissionGate(self.admission, cap)
         self._ns = _namespace(self.config, page_bytes, self._dtype)
         for sk in chunks.recovered(self._ns):
             self._held.add(sk)
@@ -365,7 +370,7 @@ class SariaHiCacheStorage(HiCacheStorage):
             m = self.m
             out: dict[str, float | int | str | None] = {
                 k: getattr(m, k) for k in BackendMetrics.__slots__}
-            out["admission"] = self.rule.label
+            out["admission"] = self.admission.label
             out["pages_held"] = len(self._held)
             if self._gate is not None:
                 g = self._gate.c

@@ -18,13 +18,15 @@ With prewrite (SARIA's default) a re-offered chunk is written when ``E_b + 1 ≥
 ``R_b ≥ θ_R`` — at its second entry into DRAM under ``E2``, the eviction it is about to
 face being the second. Without prewrite it is written when ``admit(E_b, R_b)`` already
 holds. ``admission="full-duplicate"`` writes every chunk (vLLM's ``fs`` behaviour, one
-flag away). A declined store still reports success: the manager only releases its pins.
+flag away); any other admission is chosen by name from
+:data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS`. A declined store still reports
+success: the manager only releases its pins.
 
-Bytes go to a :class:`~aicache.kvstore.store.TieredKVStore` with no DRAM tier (the engine
-owns DRAM): slab files with per-block checksums, crash recovery by header scan, an SSD
-LRU that keeps the files within ``ssd_bytes``. The store's ``Moves`` (its SSD LRU drops)
-become ``removed`` events. Each chunk is one block under the namespace of its KV group
-(keys are vLLM's chained block hashes, so a chunk needs no parent to be found again).
+Bytes go to a :class:`~aicache.integrations.chunk_tier.SlabChunkStore` (the store the
+SGLang backend uses too): slab files with per-block checksums, crash recovery by header
+scan, an SSD LRU that keeps the files within ``ssd_bytes``. Its SSD LRU drops become
+``removed`` events. Each chunk is one block under the namespace of its KV group (keys are
+vLLM's chained block hashes, so a chunk needs no parent to be found again).
 
 Threads. All methods run on vLLM's scheduler thread and never wait for I/O: lookups are
 answered from :attr:`_state` (a key is ``HIT`` once its write finished, ``RETRY`` while it
@@ -44,11 +46,10 @@ from __future__ import annotations
 
 import hashlib
 import queue
-import time
-from collections.abc import Collection, Iterable
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
@@ -61,19 +62,13 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from aicache.errors import BadInput
-from aicache.integrations.chunk_tier import AdmissionGate
-from aicache.kv.models import ModelSpec
-from aicache.kv.radix import RadixNode, Tier
-from aicache.kv.saria import AdmissionRule, KVIndexParams
-from aicache.kvstore.ssd import lifetime_days
-from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
+from aicache.integrations.chunk_tier import (
+    AdmissionGate, SlabChunkStore, StoreKey, digest32, make_admission,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
-
-_SSD = int(Tier.SSD)
-StoreKey = tuple[str, bytes]  #: (namespace, block hash) — how the store names a chunk
 
 
 class ChunkState(Enum):
@@ -128,8 +123,10 @@ class SariaSSDTier(SecondaryTierManager):
 
     ``extra`` keys of the ``secondary_tiers`` entry: ``root_dir`` (required), ``ssd_bytes``
     (the byte budget of the slab files, required), ``admission`` (``E2`` default, ``R8``,
-    ``E2∨R8``, ``full-duplicate``), ``prewrite`` (default true), ``io_threads``,
-    ``metadata_entries`` (counters kept for chunks not held; default 8 × SSD slots).
+    ``E2∨R8``, ``full-duplicate``, or a name in ``CHUNK_ADMISSIONS``), ``admission_args``
+    (a JSON object for that admission, e.g. ``oracle``'s ``keys_file``), ``prewrite``
+    (default true), ``io_threads``, ``metadata_entries`` (counters kept for chunks not
+    held; default 8 × SSD slots).
     """
 
     medium: ClassVar[Medium] = Medium.STORAGE
@@ -138,6 +135,7 @@ class SariaSSDTier(SecondaryTierManager):
                  tier_type: str, root_dir: str | None = None, ssd_bytes: int | None = None,
                  admission: str = "E2", prewrite: bool = True, io_threads: int = 4,
                  metadata_entries: int | None = None, slab_bytes: int = 32 << 20,
+                 admission_args: Mapping[str, object] | None = None,
                  backpressure_detector: BackpressureDetector | None = None) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if not root_dir:
@@ -146,24 +144,17 @@ class SariaSSDTier(SecondaryTierManager):
         if not ssd_bytes or int(ssd_bytes) <= 0:
             raise BadInput(f"secondary tier {tier_type!r}: set \"ssd_bytes\" to the SSD "
                            f"byte budget (e.g. 107374182400 for 100 GiB)")
-        self.rule = AdmissionRule.parse(admission)
         self.prewrite = bool(prewrite)
+        self.admission = make_admission(admission, self.prewrite, admission_args)
         row = self.block_size_bytes
         rows = np.asarray(primary_kv_view).view(np.uint8)
         self._rows = rows.reshape(rows.shape[0], -1)[:, :row]
-        if row % 2:
-            raise BadInput(f"chunk of {row} B: the SSD tier needs an even chunk size")
-        # one chunk = one "token" of ``row`` bytes, so every block is exactly one chunk
-        model = ModelSpec("vllm-chunk", 1, 1, row // 2, dtype_bytes=1, block_tokens=1)
-        self._store = TieredKVStore(TieredKVStoreParams(
-            index=KVIndexParams(model=model, dram_bytes=0, ssd_bytes=int(ssd_bytes)),
-            directory=root_dir, io_threads=int(io_threads),
-            slab_bytes=min(int(slab_bytes), int(ssd_bytes))))
+        self._chunks = SlabChunkStore(root_dir, int(ssd_bytes), row, io_threads=int(io_threads),
+                                      slab_bytes=int(slab_bytes))
         self._ns_base = _namespace_base(offloading_spec, row)
         self._state: dict[StoreKey, ChunkState] = {}
-        n_slots = self._store.ssd.n_slots if self._store.ssd is not None else 0
-        self._gate = AdmissionGate(self.rule, self.prewrite, int(metadata_entries)
-                                   if metadata_entries else 8 * max(1, n_slots))
+        self._gate = AdmissionGate(self.admission, int(metadata_entries) if metadata_entries
+                                   else 8 * max(1, self._chunks.n_slots))
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._ready: list[JobResult] = []
         self._events: list[OffloadingEvent] = []
@@ -178,25 +169,17 @@ class SariaSSDTier(SecondaryTierManager):
         return f"{self._ns_base}g{group}"
 
     def _skey(self, key: OffloadKey) -> StoreKey:
-        h = get_offload_block_hash(key)
-        if len(h) > 32:  # slab headers hold 32-byte keys
-            h = hashlib.blake2b(h, digest_size=32).digest()
-        return self._ns(get_offload_group_idx(key)), bytes(h)
+        return self._ns(get_offload_group_idx(key)), digest32(bytes(get_offload_block_hash(key)))
 
     def _okey(self, sk: StoreKey) -> OffloadKey:
         return make_offload_key(sk[1], int(sk[0][len(self._ns_base) + 1:]))
 
     def _recover(self) -> None:
-        """Chunks a previous process left on the SSD (the store rebuilt its index)."""
-        tree = self._store.index.tree
-        for ns in tree.namespaces():
-            if not str(ns).startswith(self._ns_base):
-                continue  # another model's or layout's chunks: never served here
-            root = tree.root(ns)
-            for key, node in ((root.children or {}).items() if root is not None else ()):
-                if node.kv_loc & _SSD and isinstance(key, bytes):
-                    self._state[(str(ns), key)] = ChunkState.STORED
-                    self._gate.learn((str(ns), key))
+        """Chunks a previous process left on the SSD under this layout's namespaces
+        (another model's or layout's chunks are never served here)."""
+        for sk in self._chunks.recovered(self._ns_base):
+            self._state[sk] = ChunkState.STORED
+            self._gate.learn(sk)
         self.m.recovered_chunks = len(self._state)
 
     # ------------------------------------------------------------------ scheduler side
@@ -312,82 +295,35 @@ class SariaSSDTier(SecondaryTierManager):
     def shutdown(self) -> None:
         self.drain_jobs()
         self._worker.close()
-        self._store.close()
+        self._chunks.close()
         # our view exports the DRAM region's buffer: it must go before vLLM closes the mmap
         self._rows = np.empty((0, 0), dtype=np.uint8)
 
     # ------------------------------------------------------------------ worker thread
     def _run_store(self, job_id: int, todo: list[tuple[StoreKey, int]]) -> None:
         t0 = time.perf_counter()
-        store, rows = self._store, self._rows
-        dropped: list[StoreKey] = []
-        try:
-            for sk, cid in todo:
-                moves = store.store(sk[0], [sk[1]], [rows[cid]])
-                dropped.extend(self._keys_of(moves.ssd_drops))
-            if store.ssd is not None:
-                store.ssd.drain()  # the writes ran on the store's I/O pool
-            ok: list[StoreKey] = []
-            failed: list[StoreKey] = []
-            for sk, _ in todo:  # a failed write was forgotten by the store
-                (ok if store.lookup(sk[0], [sk[1]], begin=False).hit_blocks else failed).append(sk)
-        except Exception:  # noqa: BLE001 - a job must report, never hang the manager
-            ok, failed = [], [sk for sk, _ in todo]
-        row = self.block_size_bytes
-        self._done.put(_Done(job_id, False, ok, failed, dropped, len(ok) * row,
-                             time.perf_counter() - t0))
-
-    def _keys_of(self, nodes: Iterable[RadixNode]) -> list[StoreKey]:
-        """Store keys of chunks the store's SSD LRU dropped (a chunk's parent is the root
-        of its namespace; another layout's chunks are not ours to report)."""
-        tree = self._store.index.tree
-        roots = {id(tree.root(ns)): str(ns) for ns in tree.namespaces()}
-        out: list[StoreKey] = []
-        for n in nodes:
-            ns = roots.get(id(n.parent))
-            if ns is not None and ns.startswith(self._ns_base) and isinstance(n.key, bytes):
-                out.append((ns, n.key))
-        return out
+        rows = self._rows
+        out = self._chunks.write([(sk, rows[cid]) for sk, cid in todo], self._ns_base)
+        self._done.put(_Done(job_id, False, out.ok, out.failed, out.dropped,
+                             len(out.ok) * self.block_size_bytes, time.perf_counter() - t0))
 
     def _run_load(self, job_id: int, items: list[tuple[StoreKey, int]]) -> None:
         t0 = time.perf_counter()
-        store, rows = self._store, self._rows
+        chunks, rows = self._chunks, self._rows
         ok: list[StoreKey] = []
         failed: list[StoreKey] = []
-        nbytes = 0
         for sk, cid in items:
-            try:
-                plan = store.lookup(sk[0], [sk[1]])
-            except Exception:  # noqa: BLE001
-                failed.append(sk)
-                continue
-            try:
-                good = plan.hit_blocks == 1 and store.load(plan, [rows[cid]]).valid_blocks == 1
-            except Exception:  # noqa: BLE001 - an I/O error is this key's miss
-                good = False
-            finally:
-                store.release(plan)
-            if good:
-                ok.append(sk)
-                nbytes += self.block_size_bytes
-            else:
-                failed.append(sk)
-        self._done.put(_Done(job_id, True, ok, failed, [], nbytes, time.perf_counter() - t0))
+            (ok if chunks.read(sk, rows[cid]) else failed).append(sk)
+        self._done.put(_Done(job_id, True, ok, failed, [], len(ok) * self.block_size_bytes,
+                             time.perf_counter() - t0))
 
     # ------------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, float | int | str | None]:
         """Counters as a JSON-able dict: bytes written, admissions declined, lifetime."""
         m = self.m
         out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
-        out["admission"] = self.rule.label
-        ssd = self._store.ssd
-        if ssd is not None:
-            s = ssd.stats
-            out["ssd_bytes_written"] = s.bytes_written
-            out["ssd_budget_bytes"] = ssd.budget_bytes
-            out["ssd_files_bytes"] = ssd.files_size()
-            out["ssd_lifetime_days_1dwpd"] = lifetime_days(
-                s.bytes_written, time.monotonic() - self._t0, ssd.budget_bytes)
+        out["admission"] = self.admission.label
+        out.update(self._chunks.ssd_metrics(time.monotonic() - self._t0))
         out["chunks_held"] = sum(1 for v in self._state.values() if v is ChunkState.STORED)
         return out
 
