@@ -423,7 +423,8 @@ class ChironSystem(DataCacheSystem):
         units = self.units.values()
         for u in units:
             if u.executor.eager_candidate():
-                b: int = int(u.executor.eviction.victim(now))  # type: ignore[call-overload]
+                # a unit's policies hold block ids, typed Hashable by the policy interface
+                b: int = int(u.executor.eviction.victim(now))  # type: ignore[call-overload]  # see above
                 self._forget(b, now)
                 return b
         best: _Unit | None = None
@@ -439,7 +440,7 @@ class ChironSystem(DataCacheSystem):
         chosen = best or fallback
         if chosen is None:
             raise RuntimeError("victim() called on an empty cache")
-        b = int(chosen.executor.eviction.victim(now))  # type: ignore[call-overload]
+        b = int(chosen.executor.eviction.victim(now))  # type: ignore[call-overload]  # a block id (above)
         self._forget(b, now)
         return b
 
@@ -629,7 +630,8 @@ class ChironSystem(DataCacheSystem):
         """Replace the unit's executor; hand its resident blocks over in eviction order."""
         old = u.executor
         new = self._executor(pattern)
-        new.adopt_many(list(old.eviction.keys()), self.sizes, now, self.unread)  # type: ignore[arg-type]
+        # the old policy's keys are block ids, typed Hashable by the policy interface
+        new.adopt_many(list(old.eviction.keys()), self.sizes, now, self.unread)  # type: ignore[arg-type]  # see above
         u.executor = new
         u.left_pattern = u.pattern
         u.switch_reads = u.reads

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Hashable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from aicache.policies import EVICTION, PREFETCH
 from aicache.policies.base import EvictionPolicy, PrefetchPolicy
@@ -107,8 +107,8 @@ class Executor:
         ev = self.eviction
         if isinstance(ev, EagerEviction):
             ev.adopt_split([b for b in blocks if b not in unread], [b for b in blocks if b in unread])
-        else:
-            ev.adopt_many(blocks, sizes, now)
+        else:  # Mapping is invariant in its key; the policy only reads sizes[b] of these blocks
+            ev.adopt_many(blocks, cast("Mapping[Hashable, int]", sizes), now)
 
     def eager_candidate(self) -> bool:
         """True when this unit holds a block to evict ahead of every other unit's (a block

@@ -31,11 +31,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
 from aicache.adaptive.prompt import ADVICE_SCHEMA, DEFAULT_PROMPT, check_prompt, parse_advice, prompts_for
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_TOKENS = 256
@@ -145,7 +148,7 @@ class OpenAIAdvisor(Advisor):
         system_role: bool | None = None,
     ) -> None:
         super().__init__()
-        self.model = model or os.environ.get("AICACHE_OPENAI_MODEL", "")
+        self.model = model or os.environ.get("AICACHE_OPENAI_MODEL") or ""
         if not self.model:
             raise BadInput("openai advisor: no model; set AICACHE_OPENAI_MODEL or pass model=")
         if not (timeout > 0):
@@ -180,13 +183,13 @@ class OpenAIAdvisor(Advisor):
         """Statistics are sent unless ``include_stats`` is off or the request carries none."""
         return prompts_for(request, self.include_stats, self.prompt)
 
-    def messages(self, system: str, runtime: str) -> list[dict[str, str]]:
+    def messages(self, system: str, runtime: str) -> list[ChatCompletionMessageParam]:
         """The chat messages of one exchange (see ``system_role``)."""
         if self.system_role:
             return [{"role": "system", "content": system}, {"role": "user", "content": runtime}]
         return [{"role": "user", "content": system + "\n\n" + runtime}]
 
-    def _create(self, messages: list[dict[str, str]], options: dict[str, Any]) -> Any:
+    def _create(self, messages: list[ChatCompletionMessageParam], options: dict[str, Any]) -> Any:
         """One request, trying the structured forms still in ``_modes`` in order."""
         while True:
             mode = self._modes[0]
