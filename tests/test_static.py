@@ -23,8 +23,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 #: the packages kept ``mypy --strict`` clean
-STRICT = ("aicache/policies", "aicache/kv", "aicache/kvstore", "aicache/datacache/policy",
-          "aicache/adaptive")
+STRICT = ("aicache/policies", "aicache/kv", "aicache/kvstore", "aicache/datacache", "aicache/adaptive")
 
 _IGNORE = re.compile(r"#\s*type:\s*ignore(?P<code>\[[^\]]+\])?(?P<rest>.*)$")
 

@@ -70,7 +70,7 @@ from aicache.datacache.store import check_cache_mode
 from aicache.units import parse_size
 
 
-class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]
+class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]  # fsspec is untyped (Any)
     """fsspec's ``skip_instance_cache=True`` ("a fresh instance, shared with nobody") also
     gives the instance a private engine; fsspec consumes that flag before ``__init__``."""
 
@@ -80,7 +80,7 @@ class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]
         return super().__call__(*args, **kwargs)
 
 
-class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
+class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type: ignore[misc]  # as above
     """Block-cached, read-only view of ``target_protocol`` (see the module docstring)."""
 
     protocol = "aicache"
@@ -126,7 +126,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
         self._share = bool(share_engine)
         self._engine: CacheEngine | None = None
         self._generation = -1
-        self._release: weakref.finalize | None = None
+        self._release: weakref.finalize[..., Any] | None = None
         self._attach()
 
     def _build_engine(self) -> CacheEngine:
@@ -152,7 +152,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
         """The engine reads go through (taken afresh in a forked child)."""
         if self._generation != ENGINES.generation:
             self._attach()
-        return self._engine  # type: ignore[return-value]
+        return self._engine  # type: ignore[return-value]  # _attach() always sets it
 
     # -- paths ----------------------------------------------------------------------------
     @classmethod
@@ -193,7 +193,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         t, p = self._fresh(path)
-        return t.info(p, **kwargs)  # type: ignore[no-any-return]
+        return t.info(p, **kwargs)  # type: ignore[no-any-return]  # fsspec is untyped (Any)
 
     def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
              detail: bool = False, **kwargs: Any) -> Any:
@@ -260,7 +260,8 @@ def _target_token(fs: AbstractFileSystem) -> str:
     opts = getattr(fs, "storage_options", None)
     if opts is None:
         return f"instance:{id(fs)}"
-    return tokenize(type(fs).__module__, type(fs).__qualname__, getattr(fs, "storage_args", ()), opts)
+    token: str = tokenize(type(fs).__module__, type(fs).__qualname__, getattr(fs, "storage_args", ()), opts)
+    return token
 
 
 def _resolve_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:
@@ -272,7 +273,7 @@ def _resolve_range(size: int, start: int | None, end: int | None) -> tuple[int, 
     return s, e
 
 
-class AICacheFile(AbstractBufferedFile):
+class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is untyped (Any)
     """A read-only file whose reads go through the engine by block (see module docstring)."""
 
     def __init__(self, fs: AICacheFileSystem, path: str, meta: FileMeta) -> None:

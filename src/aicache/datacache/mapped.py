@@ -55,6 +55,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 
 #: default bound on mapped bytes per store (address space and page-table entries only:
 #: the pages are the page cache's, shared with every other reader of the file)
@@ -102,7 +103,8 @@ def _setup() -> tuple[bool, str]:
 
 
 _libc: ctypes.CDLL
-_new_bytes: ctypes._CFuncPtr  # type: ignore[name-defined]
+#: ``PyBytes_FromStringAndSize(NULL, n)``: a new, uninitialised bytes object of ``n`` bytes
+_new_bytes: Callable[[int | None, int], bytes]
 _BYTES_DATA = 0
 _MAP_FAILED: int | None = None
 SUPPORTED, WHY_UNSUPPORTED = _setup()
@@ -223,7 +225,7 @@ class MappedBlocks:
 
     @staticmethod
     def _copy_out(m: _Map) -> bytes:
-        out = _new_bytes(None, m.n)
+        out: bytes = _new_bytes(None, m.n)
         ctypes.memmove(id(out) + _BYTES_DATA, m.addr + m.pos, m.n)  # GIL released
         return out
 

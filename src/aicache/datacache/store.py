@@ -126,8 +126,8 @@ try:  # xxh3 is ~10x faster than blake2b; the algorithm id is stored in every he
         return xxhash.xxh3_64_intdigest(data)
 
 except ImportError:  # pragma: no cover - xxhash is a core dependency
-    xxhash = None
-    _xxh3 = None  # type: ignore[assignment]
+    xxhash = None  # type: ignore[assignment]  # None marks xxhash missing
+    _xxh3 = None  # type: ignore[assignment]  # None: no xxh3 checksum (checked below)
 
 
 def _blake2b(data: bytes | memoryview) -> int:
@@ -608,13 +608,13 @@ class BlockStore:
         None otherwise — absent, never verified here, changed since, or mode ``full`` —
         and the caller reads the whole block with :meth:`get`, which checks it. So a range
         is never served from a file version that was not verified."""
-        return self._range(key, start, end, None)  # type: ignore[return-value]
+        return self._range(key, start, end, None)  # type: ignore[return-value]  # bytes without a buf
 
     def get_range_into(self, key: BlockKey, start: int, buf: memoryview) -> int | None:
         """:meth:`get_range` of ``[start, start + len(buf))`` read straight into ``buf``
         (a FUSE reply buffer: no intermediate bytes object, one copy). Returns the number
         of bytes written (short at the block's end), or None as :meth:`get_range` would."""
-        return self._range(key, start, start + len(buf), buf)  # type: ignore[return-value]
+        return self._range(key, start, start + len(buf), buf)  # type: ignore[return-value]  # int with a buf
 
     def serves_ranges(self, key: BlockKey) -> bool:
         """Whether :meth:`get_range` may serve ``key`` (it was verified in this process and

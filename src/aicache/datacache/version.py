@@ -141,11 +141,11 @@ class S3Scheme(VersionScheme):
             return VersionScheme.read(self, fs, path, version, pin, start, end)
         from fsspec.asyn import sync
 
-        bucket, key, _ = fs.split_path(path)  # type: ignore[attr-defined]
+        bucket, key, _ = fs.split_path(path)
         cond = {"VersionId": pin} if pin else {"IfMatch": '"' + version[5:] + '"'}
 
         async def get() -> bytes:
-            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,  # type: ignore[attr-defined]
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
                                      Range=f"bytes={start}-{end - 1}", **cond)
             try:
                 return bytes(await resp["Body"].read())
@@ -153,7 +153,8 @@ class S3Scheme(VersionScheme):
                 resp["Body"].close()
 
         try:
-            return sync(fs.loop, get)  # type: ignore[attr-defined]
+            data: bytes = sync(fs.loop, get)
+            return data
         except FileNotFoundError as exc:  # NoSuchKey / NoSuchVersion
             raise VersionGone(path, version, "deleted") from exc
         except OSError as exc:

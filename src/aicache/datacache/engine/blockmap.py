@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine.meta import FileMeta, file_meta
+from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.policy.driver import PolicyPort, SystemDriver
 from aicache.datacache.version import VersionScheme
 
@@ -17,7 +18,7 @@ class BlockMapping:
     """:class:`~aicache.datacache.engine.CacheEngine`'s block-map methods (a mixin: the
     state lives on the engine, guarded by its ``_lock``)."""
 
-    params: Any
+    params: EngineParams
     target: Any
     versions: VersionScheme
     policy: PolicyPort

@@ -411,7 +411,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
     # -- lifecycle ----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         st = self.store.stats()
-        out = {k: self.metrics.value(k) for k in (
+        out: dict[str, Any] = {k: self.metrics.value(k) for k in (
             "hits", "misses", "hit_bytes", "remote_bytes", "prefetch_issued", "prefetch_used",
             "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
             "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone")}

@@ -10,10 +10,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aicache.datacache.engine.meta import FileMeta
+from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.engine.remote import RemoteReadError
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort
-from aicache.datacache.store import BlockKey
+from aicache.datacache.store import BlockKey, BlockStore
 
 log = logging.getLogger("aicache.datacache")
 
@@ -41,9 +42,9 @@ class Fetcher:
     """:class:`~aicache.datacache.engine.CacheEngine`'s fetch and prefetch methods (a mixin:
     the in-flight table and the prefetch counters live on the engine, under its ``_lock``)."""
 
-    params: Any
+    params: EngineParams
     policy: PolicyPort
-    store: Any
+    store: BlockStore
     metrics: EngineMetrics
     block_size: int
     _closed: bool

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.version import VersionScheme
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class MetadataCache:
     """:class:`~aicache.datacache.engine.CacheEngine`'s metadata methods (a mixin: the
     state lives on the engine, guarded by its ``_lock``)."""
 
-    params: Any
+    params: EngineParams
     target: Any
     versions: VersionScheme
     _clock: Callable[[], float]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine.meta import FileMeta
+from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.version import VersionGone, VersionScheme
 
@@ -22,7 +23,7 @@ class RemoteClient:
     """:class:`~aicache.datacache.engine.CacheEngine`'s remote calls (a mixin: the state
     lives on the engine)."""
 
-    params: Any
+    params: EngineParams
     target: Any
     versions: VersionScheme
     metrics: EngineMetrics

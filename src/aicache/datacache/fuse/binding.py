@@ -55,10 +55,10 @@ except (ImportError, OSError, AttributeError) as _exc:  # binding missing, or no
     binding = None
     _FUSE_ERROR: Exception | None = _exc
 
-    class Operations:  # type: ignore[no-redef]
+    class Operations:  # type: ignore[no-redef]  # the stand-in when no binding loads
         pass
 
-    class FuseOSError(OSError):  # type: ignore[no-redef]
+    class FuseOSError(OSError):  # type: ignore[no-redef]  # the stand-in, as above
         def __init__(self, code: int) -> None:
             super().__init__(code, os.strerror(code))
     LIBFUSE_MAJOR = LIBFUSE_MINOR = 0
@@ -133,7 +133,7 @@ def build_bufvec(segments: list[tuple[int, int, int] | bytes]) -> int:
     ``read_buf`` wants it (libfuse frees it, and the memory of byte buffers, with
     ``free``; it never closes descriptors). Returns its address."""
     T = bufvec_type(max(1, len(segments)))
-    p = libc.malloc(ctypes.sizeof(T))
+    p: int = libc.malloc(ctypes.sizeof(T))
     if not p:
         raise MemoryError("fuse_bufvec")
     mems: list[int] = []

@@ -37,7 +37,7 @@ def keep_thread_state() -> None:
 
 
 if FUSE is not None:
-    class _ZeroCopyFUSE(FUSE):  # type: ignore[misc, valid-type]
+    class _ZeroCopyFUSE(FUSE):  # type: ignore[misc]  # the binding's FUSE is Any (picked at run time)
         """The binding's FUSE with its ``read`` callback handing our operations libfuse's
         reply buffer: the block file is read straight into it (``preadv``), instead of
         into a new bytes object that the binding then copies (``memmove``) — one copy and
@@ -53,13 +53,15 @@ if FUSE is not None:
             ops = self.operations
             into = getattr(ops, "read_into", None)
             if into is None or self.raw_fi:
-                return super().read(path, buf, size, offset, fip)
+                n: int = super().read(path, buf, size, offset, fip)
+                return n
             addr = ctypes.cast(buf, ctypes.c_void_p).value or 0
             view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
-            return into(None if path is None else path.decode(self.encoding, self.errors),
-                        view, offset, fip.contents.fh)
+            got: int = into(None if path is None else path.decode(self.encoding, self.errors),
+                            view, offset, fip.contents.fh)
+            return got
 else:
-    _ZeroCopyFUSE = None  # type: ignore[assignment, misc]
+    _ZeroCopyFUSE = None  # type: ignore[assignment, misc]  # None: no binding
 
 
 def serve(ops: CacheFuse, mountpoint: str, *, foreground: bool = True,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from aicache.datacache.fuse.binding import FUSE, LIBFUSE_MAJOR, LIBFUSE_MINOR, binding
+from aicache.datacache.fuse.binding import FUSE, LIBFUSE_MAJOR, LIBFUSE_MINOR
+from aicache.datacache.fuse.binding import binding as binding  # re-exported to .lowlevel
 
 c_req = ctypes.c_void_p
 c_ino = ctypes.c_uint64
@@ -116,7 +117,7 @@ def lib() -> Any:
              [c_req, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p, c_off])):
         fn = getattr(libfuse, name)
         fn.restype, fn.argtypes = res, args
-    lib.done = True  # type: ignore[attr-defined]
+    lib.done = True  # type: ignore[attr-defined]  # a set-up-once flag on the function
     return libfuse
 
 

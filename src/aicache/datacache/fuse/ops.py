@@ -45,7 +45,7 @@ from aicache.datacache.version import VersionGone
 log = logging.getLogger("aicache.fuse")
 
 
-class CacheFuse(Operations):  # type: ignore[misc]
+class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations is Any
     """mfusepy operations: getattr, readdir, open, read, release, statfs (read-only)."""
 
     use_ns = True  # nanosecond times (and no deprecation warning)
@@ -63,7 +63,7 @@ class CacheFuse(Operations):  # type: ignore[misc]
         self._fds = FdLedger()
         if not self.splice_bytes:
             # the binding registers only the callbacks that exist
-            self.read_buf = None  # type: ignore[method-assign, assignment]
+            self.read_buf = None  # type: ignore[method-assign, assignment]  # see above
         self._mountpoint = mountpoint
         self._readahead_kb = readahead_kb
         #: the kernel readahead window set after mounting (None: not set / not possible)
@@ -97,11 +97,12 @@ class CacheFuse(Operations):  # type: ignore[misc]
         set earlier): set it, and check once more that it stuck."""
         for _ in range(20):
             time.sleep(0.25)
-            got = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]
+            # started by init() only when there is a mountpoint
+            got = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]  # see above
             if got is None:
                 return
             time.sleep(0.25)
-            again = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]
+            again = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]  # as above
             if again is not None and again >= self._readahead_kb:
                 self.readahead_kb = again
                 log.info("kernel readahead of %s: %d KiB", self._mountpoint, again)
@@ -239,7 +240,8 @@ class CacheFuse(Operations):  # type: ignore[misc]
             if (end - 1) // B != idx:
                 return engine.read_meta(h.meta, offset, end - offset)
             s = offset - idx * B
-            return h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
+            piece: bytes = h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
+            return piece
         except RemoteReadError as exc:
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
@@ -257,7 +259,8 @@ class CacheFuse(Operations):  # type: ignore[misc]
                 if end <= offset:
                     return 0
                 idx = offset // B
-                return h.serve(engine, idx, offset - idx * B, buf[:end - offset], INTO_BUFFER)
+                n: int = h.serve(engine, idx, offset - idx * B, buf[:end - offset], INTO_BUFFER)
+                return n
             except RemoteReadError as exc:
                 log.error("read %s: %s", path, exc)
                 raise FuseOSError(errno.EIO) from exc
