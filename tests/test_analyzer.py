@@ -19,7 +19,7 @@ from aicache.adaptive.analyzer import analyze, format_sequence, format_stats, st
 
 
 def ref_stats(xs: list[int]) -> dict[str, Any]:
-    """Seed Table 3 computed the slow, literal way."""
+    """The analyzer's statistics (docs/design/chiron.md) computed the slow, literal way."""
     n = len(xs)
     counts = Counter(xs)
     m = len(counts)

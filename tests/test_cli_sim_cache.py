@@ -1,4 +1,4 @@
-"""``aicache sim cache`` and :func:`aicache.sim.cache_sim.simulate`: CLI.md's JSON contract,
+"""``aicache sim cache`` and :func:`aicache.sim.cache_sim.simulate`: the ``--json`` contract,
 one-line errors with exit 2, and the numbers against plain reference implementations."""
 
 from __future__ import annotations

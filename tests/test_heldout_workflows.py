@@ -1,5 +1,5 @@
 """The held-out workflow family (H1–H5): each phase is what its docstring says, checked with
-the statistical analyzer (seed Table 3) and plain counting, and the generator is deterministic."""
+the statistical analyzer (docs/design/chiron.md) and plain counting, and the generator is deterministic."""
 
 from __future__ import annotations
 

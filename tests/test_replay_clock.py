@@ -1,6 +1,5 @@
-"""The replay clock (seed 002 §5.1: "the logical replay clock advances at 6,500 computed
-prefill tokens/s; reported latencies use wall-clock time") and the explicit queueing mode,
-on cases computed by hand."""
+"""The replay clock (docs/design/saria.md: 6,500 computed prefill tokens = 1 s of replay
+time) and the explicit queueing mode, on cases computed by hand."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SARIA's formulas against hand-computed cases (seed 002 §4.2–4.5, spec SARIA.md)."""
+"""SARIA's formulas against hand-computed cases (docs/design/saria.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The SSD model of the KV replay on hand-computed cases: the write queue (a block is served
 from DRAM until its write completes), read/write sharing of one SSD, the uncoordinated
-overlap and the coordinator's overhead, and striping over two SSDs (seed 002 §4.2, §4.5,
+overlap and the coordinator's overhead, and striping over two SSDs (docs/design/saria.md,
 Fig. 16; docs/results/ssd-model.md)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workflow generators: Table 2 sizes at scale 1 (computed, not materialised), labelled
+"""Workflow generators: the published sizes at scale 1 (computed, not materialised), labelled
 phases, epochs, hot sets, determinism, and materialised sizes at a tiny scale."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from aicache.traces.workflows import (
 )
 
 GiB = 1 << 30
-#: seed Table 2: dataset GiB, cache GiB, patterns in order
+#: the published workloads (docs/design/chiron.md): dataset GiB, cache GiB, patterns in order
 TABLE2 = {
     "W1": (1.395, 1, ["sequential", "random", "skewed"]),
     "W2": (7.67, 4, ["sequential", "random", "skewed"]),

@@ -90,9 +90,9 @@ percentage); use a low c when unsure, since a low-confidence answer is not acted
 SYSTEM_PROMPT = _TASK + "\n" + _INPUT_WITH_STATS + "\n" + _OUTPUT
 SYSTEM_PROMPT_NO_STATS = _TASK + "\n" + _INPUT_NO_STATS + "\n" + _OUTPUT
 
-#: The seed's system prompt, verbatim from its appendix A (the PDF extraction's stray space
-#: in '" skewed"' removed). The seed has one prompt for both statistics settings; its
-#: runtime prompt has the same three labelled parts as ours.
+#: The seed's system prompt, verbatim but for one stray space in '" skewed"' (an artefact of
+#: the published text); one prompt for both statistics settings (docs/design/chiron.md,
+#: "The review context").
 SEED_SYSTEM_PROMPT = (
     'Classify an ordered block-ID sequence as exactly one pattern: "sequential", "random", or '
     '"skewed". Definitions: - sequential: ordered traversal or a stable stride; it need not use '
@@ -132,7 +132,7 @@ def system_prompt(include_stats: bool = True, prompt: str = DEFAULT_PROMPT) -> s
 
 
 def review_context_dict(request: DiagnosisRequest) -> dict[str, Any]:
-    """Part 3 with the seed's field names (Table 4)."""
+    """Part 3 with the seed's field names (docs/design/chiron.md, "The review context")."""
     ctx = request.context
     t = ctx.recent_tail_length or tail_length(len(request.window))
     return {

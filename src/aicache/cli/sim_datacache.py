@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--prompt", default=None, choices=("aicache", "seed"),
                    help="system prompt of an LLM advisor: aicache (ours, default) or seed (the published design's, verbatim)")
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
-                   help="chiron's executor set: ours (default) or seed (the published design's Table 1: eager "
+                   help="chiron's executor set: ours (default) or seed (the published executor table, docs/design/chiron.md: eager "
                         "removes a block once read, LRU for skewed, no prefetch for random)")
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")

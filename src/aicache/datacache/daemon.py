@@ -2,7 +2,7 @@
 
 PyTorch DataLoader workers are separate processes, each seeing a fragment of the access
 stream (worker 0 gets batches 0, 2, 4…). A policy per process would misread a sequential
-pass as strided and split the budget blindly (ARCHITECTURE.md). So fsspec clients opened
+pass as strided and split the budget blindly. So fsspec clients opened
 with ``daemon=True`` do not build a policy: they talk to this daemon, which holds one
 :class:`~aicache.datacache.policy.driver.SystemDriver` (the block map + the DataCacheSystem) for
 the whole directory. Clients still read and write the shared block files themselves (the

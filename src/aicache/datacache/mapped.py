@@ -10,8 +10,8 @@ syscalls fewer per read. RocksDB (``allow_mmap_reads``) and LMDB read this way.
 How, and what it costs:
 
 * **The copy runs without the GIL.** Slicing a Python ``mmap`` copies while holding the
-  GIL, so threads reading in parallel would be serialised (measured: 2 threads stayed at
-  one thread's 7.4 GB/s, where ``pread`` reached 12). Here the mapping is made with libc's
+  GIL, so threads reading in parallel would be serialised (two threads read no faster than
+  one, where ``pread`` scales). Here the mapping is made with libc's
   ``mmap`` through ctypes, the result is an uninitialised ``bytes`` of the right size
   (``PyBytes_FromStringAndSize(NULL, n)``, as a C extension would make it), and
   ``ctypes.memmove`` — which releases the GIL — fills it before anyone else sees it. This

@@ -119,7 +119,7 @@ from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
 
 log = logging.getLogger(__name__)
 
-try:  # xxh3 is ~10x faster than blake2b; the algorithm id is stored in every header
+try:  # xxh3 is much faster than blake2b; the algorithm id is stored in every header
     import xxhash
 
     def _xxh3(data: bytes | memoryview) -> int:

@@ -1,4 +1,4 @@
-"""Chiron's experiments (seed 000, Figures 11–16), on the datacache simulator.
+"""Chiron's experiments (the published Figures 11–16), on the datacache simulator.
 
 Every arm runs through :func:`aicache.sim.datacache.simulate_datacache` with the same cost
 model (2 ms hit, 250 ms miss + 200 MiB/s per fetch, 16 concurrent prefetches, at most 64
@@ -38,7 +38,8 @@ from aicache.adaptive.advisor.base import PATTERNS, Advice, Advisor, DiagnosisRe
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 
 BASELINES = ("nocache", "juicefs", "alluxio", "juicefs-adaptive")
-#: ``chiron-seed`` = Chiron with the seed's executors (Table 1 as written), reported beside ours
+#: ``chiron-seed`` = Chiron with the seed's executor table as written (docs/design/chiron.md),
+#: reported beside ours
 SYSTEMS = (*BASELINES, "chiron", "chiron-seed", "clairvoyant")
 WORKFLOWS = ("W1", "W2", "W3")
 TASKS = ("T1", "T2", "T3", "T4", "T5", "T6")

@@ -1,5 +1,5 @@
-"""The seed's LLM figures (seed 000, Fig. 9, 10, 14a, 15, 17 and the asynchrony argument of
-§4/§6.5), as registered experiments with the seed's numbers beside ours.
+"""Chiron's published LLM figures (Fig. 9, 10, 14a, 15, 17) and its asynchronous-diagnosis
+argument (docs/design/chiron.md), as registered experiments with the seed's numbers beside ours.
 
 Arms that need the real LLM replay a transcript recorded once against Gemma 3 270M on this
 machine (:mod:`aicache.experiments.chiron_llm`: a *scenario* fixes workload, scale, seed and

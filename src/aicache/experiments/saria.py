@@ -1,4 +1,4 @@
-"""SARIA's experiments (seed 002, Figures 3, 4, 10–13, 15, 16) on the KV replay.
+"""SARIA's experiments (the published Figures 3, 4, 10–13, 15, 16) on the KV replay.
 
 Every cell is one :func:`aicache.sim.kv.simulate_kv` run (or, for Fig. 16, one
 :func:`aicache.kv.saria.schedule` of a synthetic reload). Workloads come from the

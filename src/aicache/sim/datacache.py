@@ -166,7 +166,7 @@ class PhaseResult:
 
 @dataclass(slots=True)
 class DataCacheResult:
-    """``sim datacache``'s result; :meth:`to_dict` gives CLI.md's JSON keys (then extras)."""
+    """``sim datacache``'s result; :meth:`to_dict` gives the ``--json`` keys (then extras)."""
 
     system: str
     workload: str

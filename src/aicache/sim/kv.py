@@ -141,7 +141,7 @@ class KVSimParams:
     disk_write_gbps: float = 18.8
     ssd_devices: int = 1                #: drives every object is striped over
     #: queued: a write takes SSD bandwidth and time, the block is served from DRAM until
-    #: it completes; instant: a write is readable when issued (this simulator's earlier model)
+    #: it completes; instant: a write is readable when issued
     ssd_writes: str = "queued"
     overlap_ssd_share: float = 0.1      #: SSD share of its rate under an uncoordinated burst
     read_share: float = 0.5             #: device time reads keep while writes are queued

@@ -25,7 +25,8 @@ Phase labels (for diagnosis accuracy and the oracle): strided = ``sequential`` (
 stride, as the seed defines it), drifting = ``skewed``; an interleaved phase carries each
 read's own pattern in the per-read column and ``mixed`` as its segment label, which the
 diagnosis metrics skip. Deterministic: the same (name, scale, seed) gives the same trace.
-Sizes at ``scale=1`` are a few GiB, like the seed's Table 2; cache budgets scale with them.
+Sizes at ``scale=1`` are a few GiB, like the published workloads (docs/design/chiron.md);
+cache budgets scale with them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""AI data-workflow generators: the seed's Table 2 workloads W1–W3 and T1–T6.
+"""AI data-workflow generators: the published evaluation's workloads W1–W3 and T1–T6
+(docs/design/chiron.md, "Evaluation workloads").
 
 Each generator builds a *dataset* (files sorted by path, each mapped to a consecutive range
 of 4 MiB blocks, so a sorted traversal is a stride — the JuiceFS chunk layout) and a list
@@ -55,7 +56,7 @@ class PhaseSpec:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowSpec:
-    """A Table 2 workload. ``file_mean`` / ``file_sigma``: log-normal file sizes (sigma 0 =
+    """One published evaluation workload. ``file_mean`` / ``file_sigma``: log-normal file sizes (sigma 0 =
     equal shards); ``pair_ext`` / ``pair_mean``: each item is a (data, sidecar) file pair,
     the sidecar with extension ``pair_ext`` and mean ``pair_mean`` bytes; ``item_is_block``:
     large shards are read block by block; ``subdirs``: files spread over that many
@@ -81,7 +82,7 @@ def _ph(name: str, kind: str, compute_ms: float, **kw: float) -> PhaseSpec:
     return PhaseSpec(name, kind, compute_ms, **kw)  # type: ignore[arg-type]
 
 
-#: Table 2. File sizes follow the named datasets (ImageNet JPEGs ~110 KB, PDEBench HDF5
+#: The published workloads. File sizes follow the named datasets (ImageNet JPEGs ~110 KB, PDEBench HDF5
 #: shards, LAION image+caption pairs, C4 json shards ~300 MiB, Qwen2.5-3B's two safetensors
 #: files, COCO images ~160 KB, Speech Commands clips ~32 KB, Criteo embedding shards,
 #: Wikipedia passage files); compute per read is a plausible per-sample cost of the phase.

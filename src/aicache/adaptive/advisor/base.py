@@ -22,7 +22,7 @@ TRIGGER_PERIODIC = "periodic retry"
 
 @dataclass(frozen=True, slots=True)
 class ReviewContext:
-    """The third part of the runtime prompt (seed appendix A)."""
+    """The third part of the runtime prompt (docs/design/chiron.md, "The review context")."""
 
     trigger: str = TRIGGER_PERIODIC  # "chr anomaly" | "periodic retry"
     previous_state: str = "default"  # "default" | "stable" | "transition"
@@ -38,7 +38,7 @@ class ReviewContext:
         previous_pattern: str | None,
         window_length: int,
     ) -> ReviewContext:
-        """The seed's Table 4: the stale-prefix flag is ``trigger == chr anomaly or
+        """The seed's rule (docs/design/chiron.md): the stale-prefix flag is ``trigger == chr anomaly or
         previous_state == transition``; the tail length is the analyzer's ``t``."""
         from aicache.adaptive.analyzer import tail_length
 

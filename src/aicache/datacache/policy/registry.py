@@ -76,7 +76,7 @@ SYSTEMS.register("juicefs-adaptive", _pair("juicefs-adaptive", "lecar", "sfp"), 
 SYSTEMS.register("chiron", _chiron, "advisor-switched executors per cache unit")
 SYSTEMS.register("chiron-seed", lambda capacity_bytes, block_size, **params: _chiron(
     capacity_bytes, block_size, **{"executors": "seed", **params}),
-    "chiron with the seed's executors (Table 1 as written)")
+    "chiron with the seed's executor table as written (docs/design/chiron.md)")
 SYSTEMS.register("clairvoyant", _clairvoyant, "Belady + perfect prefetch (needs the trace)")
 
 
