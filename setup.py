@@ -46,6 +46,14 @@ class OptionalBuildExt(build_ext):
             for ext in self.extensions:  # a shim without its shared library would not import
                 path = Path(self.get_ext_fullpath(ext.name))
                 path.unlink(missing_ok=True)
+            return
+        # A module's shim is unchanged when only its source changed (the code is in the
+        # group's shared library), so the copy keeps the old build's mtime; the stale-source
+        # check (aicache.native.stale_sources) compares against it: stamp the outputs now.
+        for ext in self.extensions:
+            path = Path(self.get_ext_fullpath(ext.name))
+            if path.exists():
+                os.utime(path)
 
 
 def extensions() -> list[object]:

@@ -39,6 +39,80 @@ print(json.dumps({"compiled": compiled_modules(), "runs": out}))
 """
 
 
+_PREFIX_REPLAY = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_native import prefix_replay
+from aicache.native import compiled_modules
+print(json.dumps({"compiled": compiled_modules(),
+                  "runs": {p: prefix_replay(p) for p in json.loads(sys.argv[2])}}))
+"""
+#: the prefix-cache policies of the compiled KV modules (LRUPrefix, LPC, the eviction
+#: adapter, the three SAECache variants)
+PREFIX_POLICIES = ["lru", "lpc", "s3fifo", "saecache", "saecache-seed", "saecache-duel"]
+
+
+def prefix_replay(policy: str) -> dict[str, object]:
+    """Every victim in order, and the replay's hit tokens, of ``policy`` on a generated
+    mix workload (chat, arena, tool sessions) at an eighth of its working set."""
+    from aicache.kv.prefix_policies import PrefixPolicy, RequestView, make_prefix_policy
+    from aicache.sim.prefix import load_requests, simulate, working_set_tokens
+
+    reqs, _ = load_requests(workload="mix", sessions=120, seed=4)
+    cap = working_set_tokens(reqs) // 8
+    inner = make_prefix_policy(policy, cap, seed=2)
+    victims: list[object] = []
+
+    class Logged(PrefixPolicy):  # delegates every event, records the victims
+        name = inner.name
+        needs_future = inner.needs_future
+
+        def begin(self, view: RequestView, now: float) -> None:
+            inner.begin(view, now)
+
+        def begin_decode(self, now: float) -> None:
+            inner.begin_decode(now)
+
+        def end(self, now: float) -> None:
+            inner.end(now)
+
+        def on_hit(self, key: object, i: int, now: float) -> None:
+            inner.on_hit(key, i, now)
+
+        def on_insert(self, key: object, tokens: int, i: int, now: float) -> None:
+            inner.on_insert(key, tokens, i, now)
+
+        def victim(self, now: float) -> object:
+            victims.append(inner.victim(now))
+            return victims[-1]
+
+        def set_next_access(self, next_vtime: int) -> None:
+            inner.set_next_access(next_vtime)
+
+        def __contains__(self, key: object) -> bool:
+            return key in inner
+
+        def __len__(self) -> int:
+            return len(inner)
+
+    r = simulate(reqs, Logged(cap), cap)
+    return {"victims": victims, "hit_tokens": r.hit_tokens, "evictions": r.evictions}
+
+
+def test_compiled_and_pure_prefix_policies_evict_the_same_blocks(tmp_path: Path) -> None:
+    """The KV prefix policies (SAECache among them) on both paths: same victims, in order."""
+    env = {**os.environ, PURE_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", _PREFIX_REPLAY, str(Path(__file__).parent),
+                          json.dumps(PREFIX_POLICIES)],
+                         check=True, capture_output=True, text=True, env=env)
+    pure = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pure["compiled"] == []
+    for p in PREFIX_POLICIES:
+        here = json.loads(json.dumps(prefix_replay(p)))
+        assert len(here["victims"]) > 500, p  # the capacity forces many decisions
+        assert here == pure["runs"][p], p
+
+
 def _trace(n: int = 6_000, n_obj: int = 800, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     p = 1.0 / np.arange(1, n_obj + 1) ** 0.9

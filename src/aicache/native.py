@@ -1,8 +1,8 @@
 """The compiled hot path: which modules are compiled, and the switch back to pure Python.
 
-The install compiles a few pure-Python modules — the cache template and the libCacheSim
-policies (:data:`COMPILED`) — with mypyc into extension modules that sit beside their
-``.py`` sources. There is one source: the extension is that same file compiled, so the
+The install compiles a few pure-Python modules — the cache template, the libCacheSim
+policies, the KV prefix-cache policies and SAECache (:data:`COMPILED`) — with mypyc into
+extension modules that sit beside their ``.py`` sources. There is one source: the extension is that same file compiled, so the
 simulator, the real engines and the tests run the same policy code either way, and the
 results are identical (``tests/test_native.py`` replays traces on both paths and compares
 every request). Where no compiler is present the install skips the compile and the ``.py``
@@ -44,6 +44,8 @@ COMPILED: tuple[str, ...] = (
     "aicache.policies.eviction.sieve",
     "aicache.policies.eviction.s3fifo",
     "aicache.policies.eviction.arc",
+    "aicache.kv.prefix_policies",
+    "aicache.kv.saecache",
 )
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"

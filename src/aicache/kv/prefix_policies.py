@@ -24,6 +24,7 @@ Invariant (tested): the keys a policy holds are exactly the keys the cache holds
 
 from __future__ import annotations
 
+import functools
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -32,6 +33,7 @@ from typing import Any
 
 from aicache.kv.session_predictor import (ContinuationPredictor, LogNormalGaps,
                                           RequestFeatures, SessionTracker)
+from aicache.native import mypyc_attr
 from aicache.policies import make_eviction
 from aicache.policies.base import EvictionPolicy
 from aicache.registry import Registry
@@ -40,6 +42,7 @@ Key = Hashable
 TOOL_REQUEST_TYPES = frozenset({"tool", "search", "agent", "agentic", "function"})
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class RequestView:
     """The request-level facts a prefix policy may use (reused across requests)."""
 
@@ -70,6 +73,7 @@ class RequestView:
         return "tool" in self.block_types
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class PrefixPolicy(ABC):
     """Keeps an order over resident blocks and names victims (see module docstring)."""
 
@@ -111,6 +115,7 @@ class PrefixPolicy(ABC):
     def __len__(self) -> int: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class EvictionAdapter(PrefixPolicy):
     """Any registered :class:`EvictionPolicy` as a prefix policy (key = block, size = tokens).
 
@@ -148,6 +153,7 @@ class EvictionAdapter(PrefixPolicy):
         return len(self._sizes)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LRUPrefix(PrefixPolicy):
     """Plain LRU over blocks (vLLM's default order), kept here without the adapter hop so
     the overhead comparison measures LRU itself."""
@@ -187,6 +193,7 @@ def request_features(view: RequestView, gap: float | None,
         gap_s=gap or 0.0, hit_tokens=view.hit_tokens)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LPC(PrefixPolicy):
     """Learned Prefix Caching, reduced to its idea: among the least recently used blocks,
     evict those of conversations least likely to continue.
@@ -259,8 +266,9 @@ PREFIX_POLICIES.register("lru", LRUPrefix, "least recently used (vLLM default)")
 PREFIX_POLICIES.register("lpc", LPC, "learned prefix caching: continuation predictor alone")
 for _name, _help in (("lfu", "least frequently used"), ("s3fifo", "S3-FIFO (SOSP'23)"),
                      ("sieve", "SIEVE (NSDI'24)"), ("belady", "offline optimum bound (needs the future)")):
-    PREFIX_POLICIES.register(
-        _name, (lambda n: lambda cap, **kw: EvictionAdapter(cap, policy=n, **kw))(_name), _help)
+    # a partial, not a closure over the loop variable: mypyc (aicache.native) compiles this
+    # module and cannot compile a lambda at module level that captures one
+    PREFIX_POLICIES.register(_name, functools.partial(EvictionAdapter, policy=_name), _help)
 
 
 def make_prefix_policy(name: str, capacity_tokens: int, *, seed: int = 0, **params: Any) -> PrefixPolicy:

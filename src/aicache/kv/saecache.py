@@ -80,6 +80,7 @@ import numpy as np
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView, request_features
 from aicache.kv.session_predictor import (ContinuationPredictor, HiddenStateSource,
                                           LogNormalGaps, SessionTracker)
+from aicache.native import mypyc_attr
 
 Key = Hashable
 
@@ -232,6 +233,7 @@ class SAEState:
         return asdict(self)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _ConstTypes:
     """Every index has the same token type (one block given at a time)."""
 
@@ -247,6 +249,7 @@ class _ConstTypes:
         return 1 << 62
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Blk:
     """One resident block. Its group id encodes (queue, effective type, offset bucket):
     ``gid = (q·NT + effective type)·NB + offset bucket``, so those are not stored
@@ -269,6 +272,7 @@ class _Blk:
 
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SAECache(PrefixPolicy):
     """The SAECache prefix-eviction policy (see module docstring)."""
 
@@ -817,6 +821,7 @@ class SAECache(PrefixPolicy):
         return len(self._blocks)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SAECacheSeed(SAECache):
     """The seed's priority exactly (registered as ``saecache-seed``; ``saecache`` is the
     engineered variant above, whose departures are listed in its docstring):
@@ -851,8 +856,13 @@ class SAECacheSeed(SAECache):
     name = "saecache-seed"
     _OM = 1 << 24  #: offsets per (queue, type) in a group id
 
-    def __init__(self, capacity_tokens: int, **kw: Any) -> None:
-        super().__init__(capacity_tokens, **kw)
+    def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
+                 params: SAEParams | None = None, state: SAEState | Mapping[str, Any] | None = None,
+                 hidden: HiddenStateSource | None = None, **overrides: Any) -> None:
+        # the base's keywords spelled out: mypyc mis-binds a bare ``**kw`` forwarded to a
+        # compiled ``__init__`` that has keyword-only parameters
+        super().__init__(capacity_tokens, rng=rng, params=params, state=state, hidden=hidden,
+                         **overrides)
         self._groups = defaultdict(OrderedDict)
         #: the victim heap: (not evict-first, P, seq, gid) of every non-empty group's head
         self._sheap: list[tuple[bool, float, int, int]] = []
@@ -1049,6 +1059,7 @@ class SAECacheSeed(SAECache):
         self._derive()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _MiniSim:
     """A miniature cache fed a sample of the block events: its policy, resident set and an
     exponentially decayed count of the tokens it hit (its recent value)."""
@@ -1077,6 +1088,7 @@ class _MiniSim:
         self.used += tokens
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SAECacheDuel(SAECache):
     """SAECache guarded against losing to recency (registered as ``saecache-duel``).
 
@@ -1099,14 +1111,18 @@ class SAECacheDuel(SAECache):
     name = "saecache-duel"
 
     def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
-                 sample_shift: int = 4, **kw: Any) -> None:
-        super().__init__(capacity_tokens, rng=rng, **kw)
+                 sample_shift: int = 4, params: SAEParams | None = None,
+                 state: SAEState | Mapping[str, Any] | None = None,
+                 hidden: HiddenStateSource | None = None, **overrides: Any) -> None:
+        super().__init__(capacity_tokens, rng=rng, params=params, state=state, hidden=hidden,
+                         **overrides)
         from aicache.kv.prefix_policies import LRUPrefix
 
         scap = max(1, capacity_tokens >> sample_shift)
         self._mask = (1 << sample_shift) - 1
         self._recency: OrderedDict[Key, None] = OrderedDict()
-        self._mini_sae = SAECache(scap, rng=random.Random(self.rng.random()), **kw)
+        self._mini_sae = SAECache(scap, rng=random.Random(self.rng.random()), params=params,
+                                  state=state, hidden=hidden, **overrides)
         self._mini_lru = LRUPrefix(scap)
         self._sims = (_MiniSim(self._mini_sae, scap), _MiniSim(self._mini_lru, scap))
 
