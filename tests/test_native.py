@@ -200,3 +200,13 @@ def test_sources_edited_after_the_build_are_reported_stale(tmp_path: Path) -> No
     built = os.stat(stems[1].with_name(stems[1].name + suffix)).st_mtime
     os.utime(later, (built + 60, built + 60))  # the source edited a minute after the build
     assert stale_sources(str(tmp_path)) == [COMPILED[1]]
+    # a module added to COMPILED after the build: a source without an extension beside
+    # built ones would mix paths, so it counts; with no extension anywhere (a pure
+    # install) nothing does
+    added = tmp_path.joinpath(*COMPILED[2].split("."))
+    added.parent.mkdir(parents=True, exist_ok=True)
+    added.with_name(added.name + ".py").write_text("")
+    assert stale_sources(str(tmp_path)) == [COMPILED[1], COMPILED[2]]
+    for stem in stems:
+        stem.with_name(stem.name + suffix).unlink()
+    assert stale_sources(str(tmp_path)) == []

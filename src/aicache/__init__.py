@@ -13,7 +13,7 @@ if pure_requested():  # before any compiled module can be imported
 elif _stale := stale_sources():
     import warnings
 
-    warnings.warn(f"aicache: {', '.join(_stale)} edited since the install compiled them; "
+    warnings.warn(f"aicache: {', '.join(_stale)} edited or added since the install compiled the hot path; "
                   "running the pure-Python sources (reinstall to compile again)", stacklevel=2)
     use_pure_python()
 

@@ -12,8 +12,9 @@ files are used as before.
 sources even where the extensions exist (a finder put first on ``sys.meta_path`` when the
 package is imported), so both paths can be tested and profiled on one install:
 ``make test-pure`` runs the lockstep tests that way. An editable install whose compiled
-sources were edited after the build does the same, with a warning (:func:`stale_sources`):
-the extensions would run the old code. All or none: a compiled class cannot mix with a
+sources were edited after the build, or that has no extension for a module added to
+:data:`COMPILED` since, does the same, with a warning (:func:`stale_sources`): the
+extensions would run the old code, or mix with pure modules. All or none: a compiled class cannot mix with a
 pure one of the same hierarchy.
 
 :func:`mypyc_attr` is mypyc's class-attribute decorator when mypy_extensions is installed
@@ -71,11 +72,15 @@ def pure_requested() -> bool:
 
 
 def stale_sources(root: str | None = None) -> list[str]:
-    """The :data:`COMPILED` modules whose ``.py`` under ``root`` (the directory holding
-    the ``aicache`` package; default: this one's) is newer than its extension module by
-    more than :data:`_MTIME_SLACK` (an installer may write the source just after it)."""
+    """The :data:`COMPILED` modules under ``root`` (the directory holding the ``aicache``
+    package; default: this one's) that a build would change: a ``.py`` newer than its
+    extension module by more than :data:`_MTIME_SLACK` (an installer may write the source
+    just after it), or, where other modules have extensions, a ``.py`` without one (a
+    module added to :data:`COMPILED` after the last build)."""
     base = root if root is not None else os.path.dirname(os.path.dirname(__file__))
     stale = []
+    unbuilt = []
+    built = False
     for name in COMPILED:
         stem = os.path.join(base, *name.split("."))
         try:
@@ -86,10 +91,13 @@ def stale_sources(root: str | None = None) -> list[str]:
             try:
                 if os.stat(stem + suffix).st_mtime + _MTIME_SLACK < src:
                     stale.append(name)
+                built = True
                 break
             except OSError:
                 continue
-    return stale
+        else:
+            unbuilt.append(name)
+    return stale + unbuilt if built else stale
 
 
 def is_compiled(module: ModuleType) -> bool:
