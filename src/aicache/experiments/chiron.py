@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -146,6 +146,22 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def completed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows of cells that ran to the end, in order (a failed cell's row has no metrics)."""
+    return [r for r in rows if "jct_seconds" in r]
+
+
+def best_baseline(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The :data:`BASELINES` row of ``rows`` with the lowest JCT, the first in ``rows``' order
+    on a tie; None when ``rows`` holds no baseline."""
+    return min((r for r in rows if r["system"] in BASELINES), key=lambda r: r["jct_seconds"], default=None)
+
+
+def top_chr_baseline(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The :data:`BASELINES` row of ``rows`` with the highest CHR (first on a tie), or None."""
+    return max((r for r in rows if r["system"] in BASELINES), key=lambda r: r["chr"], default=None)
+
+
 # -- Fig. 11/12 -----------------------------------------------------------------------------------
 class EndToEnd(Experiment):
     name = "chiron-e2e"
@@ -202,11 +218,10 @@ class EndToEnd(Experiment):
                         norm_rows.append({"workload": w, "system": s, "chr": r["chr"],
                                           "jct_norm": r["jct_seconds"] / ref if ref else None})
             base = [by[b] for b in BASELINES if b in by]
-            if "chiron" not in by or not base:
+            best_jct, best_chr = best_baseline(base), top_chr_baseline(base)
+            if "chiron" not in by or best_jct is None or best_chr is None:
                 continue
             ch = by["chiron"]
-            best_jct = min(base, key=lambda r: r["jct_seconds"])
-            best_chr = max(base, key=lambda r: r["chr"])
             red = -_pct(ch["jct_seconds"], best_jct["jct_seconds"])
             gap = _pct(ch["jct_seconds"], by["clairvoyant"]["jct_seconds"]) if "clairvoyant" in by else None
             cs = by.get("chiron-seed")
@@ -301,7 +316,7 @@ class Micro(Experiment):
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         tables, figures, goals = [], [], []
         for group in ("eviction", "prefetch"):
             rs = [r for r in ok if r["group"] == group]
@@ -369,7 +384,7 @@ class Ablation(Experiment):
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         tables, figures, goals = [], [], []
         gate = [r for r in ok if r["study"] == "gate"]
         if gate:
@@ -447,7 +462,7 @@ class OneTB(Experiment):
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         by = _group(ok, ("scale", "cache_pct"))
         table, goals_met, norm = [], {}, []
         top = max((r["scale"] for r in ok), default=None)  # the figure shows the largest scale run

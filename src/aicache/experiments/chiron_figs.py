@@ -34,7 +34,8 @@ from typing import Any
 
 from aicache.adaptive.advisor.base import PATTERNS
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
-from aicache.experiments.chiron import BASELINES, _advisor, _f1, _mean, _pct, _workload, simulate_cell
+from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _pct, _workload, best_baseline, completed,
+                                        simulate_cell)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
@@ -106,6 +107,12 @@ def run_arm(params: Mapping[str, Any]) -> dict[str, Any]:
     return chiron_cell(params)
 
 
+class ChironArms(Experiment):
+    """An experiment whose cells are :func:`run_arm` arms: baselines and Chiron runs."""
+
+    run_cell = staticmethod(run_arm)
+
+
 def adaptation(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per phase of a :func:`chiron_cell` row: its duration and how long after its start
     Chiron first accepted an answer naming the phase's pattern (None = not within it)."""
@@ -142,7 +149,7 @@ ADVISOR_SCENARIOS = ("W1-s0.05", "W2-s0.1", "W3-s0.05")
 NOISY = (0.1, 0.3, 0.5)
 
 
-class Advisors(Experiment):
+class Advisors(ChironArms):
     name = "chiron-advisors"
     title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P"
     reproduces = "Chiron Fig. 15; issue 19 must-show 2"
@@ -162,22 +169,17 @@ class Advisors(Experiment):
             out += _llm_arms(sc)
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         table, goals, chart = [], [], []
         llm_tags = sorted({r["arm"] for r in ok if str(r.get("advisor", "")).startswith("llm:")})
         for w in ("W1", "W2", "W3"):
             rs = [r for r in ok if r["workload"] == w]
             if not rs:
                 continue
-            base = [r for r in rs if r["system"] in BASELINES]
-            best = min(base, key=lambda r: r["jct_seconds"]) if base else None
+            best = best_baseline(rs)
             arms: dict[str, list[Mapping[str, Any]]] = {}
             for r in rs:
                 arms.setdefault(r["arm"], []).append(r)
@@ -232,7 +234,7 @@ DELAYS = (0.001, 0.1, 1.0, 5.0, 15.0, 30.0, 60.0)
 ASYNC_SCENARIO = "W1-s0.25-measured"
 
 
-class Asynchrony(Experiment):
+class Asynchrony(ChironArms):
     name = "chiron-async"
     title = "Asynchrony stress: CHR and JCT as advice arrives later (virtual delay 1 ms–60 s; the real model)"
     reproduces = "Chiron §4 (asynchronous diagnosis), §6.5 (advisor delay < 1.3 s)"
@@ -252,19 +254,14 @@ class Asynchrony(Experiment):
             out += [{**c, "arm": f"{c['arm']} (measured latency)"} for c in _llm_arms(sc)]
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         table, line, goals = [], [], []
         for (w, scale) in sorted({(r["workload"], r["scale"]) for r in ok}):
             rs = [r for r in ok if r["workload"] == w and r["scale"] == scale]
-            base = [r for r in rs if r["system"] in BASELINES]
-            best = min(base, key=lambda r: r["jct_seconds"]) if base else None
+            best = best_baseline(rs)
             sweep = sorted((r for r in rs if "delay_s" in r), key=lambda r: r["delay_s"])
             for r in sweep:
                 table.append({"workload": w, "scale": scale, "advice delay (s)": r["delay_s"], "CHR": r["chr"],
@@ -308,7 +305,7 @@ class Asynchrony(Experiment):
 
 
 # -- Fig. 9 ---------------------------------------------------------------------------------------
-class Confidence(Experiment):
+class Confidence(ChironArms):
     name = "chiron-confidence"
     title = "Advice confidence over time and what the tau = 0.70 gate filters"
     reproduces = "Chiron Fig. 9"
@@ -327,14 +324,10 @@ class Confidence(Experiment):
             out += [{**c, "gate": gate} for c in _llm_arms(SCENARIOS[name])]
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         table, points = [], []
         for (arm, scale, gate) in sorted({(r["arm"], r["scale"], r["gate"]) for r in ok}, key=str):
             rs = [r for r in ok if (r["arm"], r["scale"], r["gate"]) == (arm, scale, gate)]
@@ -380,7 +373,7 @@ class Confidence(Experiment):
 
 
 # -- Fig. 14a -------------------------------------------------------------------------------------
-class Statistics(Experiment):
+class Statistics(ChironArms):
     name = "chiron-statistics"
     title = "Structured statistics in the prompt on/off: diagnosis F1 and CHR"
     reproduces = "Chiron Fig. 14a"
@@ -396,12 +389,8 @@ class Statistics(Experiment):
         out += [{**c, "statistics": False} for c in _llm_arms(SCENARIOS["W3-s0.05-nostats"])]
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         table, goals = [], []
         for r in ok:
             table.append({"advisor": r["arm"], "statistics": "on" if r["statistics"] else "off",
@@ -431,7 +420,7 @@ class Statistics(Experiment):
 
 
 # -- Fig. 10 --------------------------------------------------------------------------------------
-class Interval(Experiment):
+class Interval(ChironArms):
     name = "chiron-interval"
     title = "Diagnosis interval 30/45/60 s: JCT and tokens"
     reproduces = "Chiron Fig. 10"
@@ -447,14 +436,10 @@ class Interval(Experiment):
                             "interval_s": iv, "reflection": refl, "chiron": {"reflection": refl, key: iv}})
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         table = [{"reflection": "on" if r["reflection"] else "off", "interval (s)": r["interval_s"],
                   "JCT (s)": r["jct_seconds"], "CHR": r["chr"], "tokens": r["advisor_tokens"],
                   "calls": r["advisor_calls"], "anomaly reviews": r.get("reviews[chr anomaly]"),
@@ -483,7 +468,7 @@ class Interval(Experiment):
 
 
 # -- Fig. 17 --------------------------------------------------------------------------------------
-class Theta(Experiment):
+class Theta(ChironArms):
     name = "chiron-theta"
     title = "Reflection threshold theta 0.10/0.20/0.40: reviews, recovery, tokens, CHR"
     reproduces = "Chiron Fig. 17 (appendix B)"
@@ -494,12 +479,8 @@ class Theta(Experiment):
         return [{"workload": "W1", "scale": scale, "seed": 0, "system": "chiron", "advisor": "counting",
                  "theta": th, "chiron": {"theta": th}} for th in (0.10, 0.18, 0.20, 0.40)]
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
-        ok = sorted((r for r in rows if "jct_seconds" in r), key=lambda r: r["theta"])
+        ok = sorted(completed(rows), key=lambda r: r["theta"])
         table = [{"theta": r["theta"], "feedback-triggered reviews": r.get("reviews[chr anomaly]"),
                   "all reviews": r["advisor_calls"], "mean recovery (s)": r.get("recovery_s_mean"),
                   "tokens": r["advisor_tokens"], "CHR": r["chr"], "JCT (s)": r["jct_seconds"]} for r in ok]

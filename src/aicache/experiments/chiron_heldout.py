@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
-from aicache.experiments.chiron import BASELINES, TASKS, _mean, _pct
-from aicache.experiments.chiron_figs import adaptation, run_arm
+from aicache.experiments.base import Figure, ReportSection, Table
+from aicache.experiments.chiron import BASELINES, TASKS, _mean, _pct, best_baseline, completed, top_chr_baseline
+from aicache.experiments.chiron_figs import ChironArms, adaptation
 
 HELDOUT = ("H1", "H2", "H3", "H4", "H5")
 HELDOUT_SEEDS = (100, 101, 102, 103, 104)
@@ -48,7 +48,7 @@ def _why(ch: Mapping[str, Any], best: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-class HeldOut(Experiment):
+class HeldOut(ChironArms):
     name = "chiron-heldout"
     title = "Chiron on held-out workflows (H1–H5, seeds 100–104) and T1–T6 over seeds 0–9"
     reproduces = "issue 19 must-show 4 (beyond the seed)"
@@ -67,25 +67,20 @@ class HeldOut(Experiment):
                 out += [{"study": "tasks", "workload": w, "system": s, "scale": scale, "seed": seed} for s in ARMS]
         return out
 
-    @staticmethod
-    def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
-        return run_arm(params)
-
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        ok = [r for r in rows if "jct_seconds" in r]
+        ok = completed(rows)
         groups: dict[tuple[str, str, int], dict[str, Mapping[str, Any]]] = {}
         for r in ok:
             groups.setdefault((r["study"], r["workload"], r["seed"]), {})[r["system"]] = r
         runs: list[dict[str, Any]] = []
         for (study, w, seed), by in sorted(groups.items()):
             base = [by[b] for b in BASELINES if b in by]
-            if "chiron" not in by or len(base) < len(BASELINES):
+            bj, bc = best_baseline(base), top_chr_baseline(base)
+            if "chiron" not in by or len(base) < len(BASELINES) or bj is None or bc is None:
                 continue  # a run is judged only against all of its baselines
             ch = by["chiron"]
-            bj = min(base, key=lambda r: r["jct_seconds"])
-            bc = max(base, key=lambda r: r["chr"])
             runs.append({"study": study, "workload": w, "seed": seed, "chiron CHR": ch["chr"],
                          "best baseline CHR": bc["chr"], "best CHR system": bc["system"],
                          "chiron JCT (s)": ch["jct_seconds"], "best baseline JCT (s)": bj["jct_seconds"],
