@@ -47,7 +47,7 @@ class RequestView:
     """The request-level facts a prefix policy may use (reused across requests)."""
 
     __slots__ = ("timestamp", "session_id", "turn", "request_type", "input_length",
-                 "block_tokens", "hash_ids", "block_types", "hit_blocks", "hit_tokens",
+                 "output_length", "block_tokens", "hash_ids", "block_types", "hit_blocks", "hit_tokens",
                  "decode", "session_type")
 
     def __init__(self) -> None:
@@ -56,6 +56,9 @@ class RequestView:
         self.turn: int | None = None
         self.request_type: str | None = None
         self.input_length = 0
+        #: tokens the request decoded; known once it has finished, so a policy may read it
+        #: in ``end`` only (it is set before ``begin`` for simplicity; 0 = unknown)
+        self.output_length = 0
         self.block_tokens = 1
         self.hash_ids: list[int] = []
         self.block_types: list[str] = []
@@ -262,6 +265,8 @@ PREFIX_POLICIES.register("saecache-seed", "aicache.kv.saecache:SAECacheSeed",
                          "SAECache with the seed's priority exactly (own-type w, exact offset, no δ, decode → evict-first)")
 PREFIX_POLICIES.register("saecache-duel", "aicache.kv.saecache:SAECacheDuel",
                          "SAECache that evicts in LRU order while a sampled miniature LRU beats a sampled miniature SAECache")
+PREFIX_POLICIES.register("saecache-reuse", "aicache.kv.saecache_reuse:SAECacheReuse",
+                         "leaves of the prefix tree evicted by class reuse probability learned online with ghosts, LRU inside a class")
 PREFIX_POLICIES.register("lru", LRUPrefix, "least recently used (vLLM default)")
 PREFIX_POLICIES.register("lpc", LPC, "learned prefix caching: continuation predictor alone")
 for _name, _help in (("lfu", "least frequently used"), ("s3fifo", "S3-FIFO (SOSP'23)"),

@@ -249,6 +249,7 @@ def simulate(requests: Sequence[KVRequest], policy: str | PrefixPolicy, capacity
         view.request_type = r.request_type
         view.session_type = r.session_type
         view.input_length = r.input_length
+        view.output_length = r.output_length
         view.block_tokens = r.block_tokens
         view.hash_ids = ids
         view.block_types = r.block_types or []

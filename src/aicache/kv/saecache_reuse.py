@@ -1,0 +1,347 @@
+"""SAECache-Reuse: prefix eviction by a reuse probability learned online per block class.
+
+``saecache`` scores a block by ``α·w·S(Δt)/(Δt+δ)``; inside one queue and token type that is
+LRU's order, and its queues and type weights are set by rules and by reuse averaged over
+whole queues, so what it learns barely shows in the victim order. Here every block has a
+class (what a server knows of it, below), every class a learned probability ``p_c`` that
+a block of it is referenced again (before the cache would have forgotten it), and the
+evicted block is the evictable one with the lowest
+
+    V(b) = p_c(b) / (age_b + 1)
+
+the expected reuses per event of waiting, with ``age`` in block events since its last
+touch (logical, so nothing depends on a trace's clock). A class twice as likely to be
+reused is kept twice as long; within a class V is LRU's order.
+
+* **Only leaves are evicted.** A block serves a hit only while every block before it in the
+  prompt is cached; evicting an inner block strands its cached descendants. Eviction takes
+  a resident block with no resident child (SGLang's evictable-leaf rule), so a chain is
+  given up from its tail. Links come from the touch order: the simulator touches a
+  request's blocks tail first, so the block touched just before a block, in the same
+  request phase, is its child.
+* **Classes**, fixed at a block's last touch: its hits so far (0, 1, 2+); whether it was
+  the last block of its prompt (a partial tail, whose hash changes when a conversation
+  grows); its token-type group (system/tool, reasoning, decode, the rest: the seed's
+  semantic factor); its conversation's turn (the session's turn where the trace names
+  sessions; otherwise 1 + the requests already seen to start with the same first block,
+  which is what a prefix cache knows of a continuation), capped at 3+; and, once the request
+  has finished (:meth:`end`), its prompt length (1, < 16, ≥ 16 blocks) and decoded length
+  (≤ 1/8, ≤ 1, > 1 block): how a conversation's request looks says whether it goes on.
+  Before ``end`` the output group is "unknown".
+* **Learning from the stream only.** An evicted block is remembered as a ghost (its class
+  and last touch) for ``ghost_factor`` resident blocks' worth of evictions. A residency
+  interval ends in a hit or an eviction; an eviction counts as a reuse after all when its
+  ghost is requested again (the miss a larger cache would have hit), so ``p_c = (hits_c +
+  ghost hits_c + k·p̄) / (hits_c + evictions_c + k)`` with ``k = prior`` pseudo-intervals
+  of the pooled rate ``p̄``. Counters decay by ``decay`` at each
+  reconfiguration, every cache's worth of block events (at least ``min_interval``); the
+  order uses the ``p`` of the last reconfiguration, so it changes only there. Until the
+  first, every class has the same ``p``: LRU over leaves.
+
+Invariant (tested against a brute force): the victim is the minimum of ``(V, last touch)``
+over every evictable block (last touches are distinct event numbers). Within a class V
+falls with age, so the class's least recently touched leaf is its minimum: each class keeps
+a heap of its leaves by last touch, and a victim costs one heap look-up per non-empty
+class. Deterministic: no random choice.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aicache.kv.prefix_policies import PrefixPolicy, RequestView
+
+Key = Hashable
+
+_REFS = 3  #: hits so far: 0, 1, 2+
+_TYPES = {"system": 0, "tool": 0, "reasoning": 1, "decode": 2}  #: other types → group 3
+_TG = 4
+_TURNS = 3  #: turn 1, 2, 3+
+_SIZES = 3 * 4  #: prompt (1, < 16, ≥ 16 blocks) × output (unknown, ≤ 1/8, ≤ 1, > 1 block)
+NCLASS = _REFS * 2 * _TG * _TURNS * _SIZES
+
+
+def class_of(refs: int, last: bool, type_group: int, turn: int, size_group: int) -> int:
+    """Dense class id of the features in the module docstring (``turn`` ≥ 1)."""
+    t = turn - 1 if turn <= _TURNS else _TURNS - 1
+    r = refs if refs < _REFS else _REFS - 1
+    return (((r * 2 + last) * _TG + type_group) * _TURNS + t) * _SIZES + size_group
+
+
+def size_group(prompt_blocks: int, output_tokens: int | None, block_tokens: int) -> int:
+    """Prompt-length × output-length group; ``output_tokens`` None = not known yet."""
+    pg = 0 if prompt_blocks <= 1 else (1 if prompt_blocks < 16 else 2)
+    if output_tokens is None:
+        og = 0
+    elif output_tokens * 8 <= block_tokens:
+        og = 1
+    else:
+        og = 2 if output_tokens <= block_tokens else 3
+    return pg * 4 + og
+
+
+@dataclass(slots=True)
+class ReuseParams:
+    """Knobs; generic defaults, none fitted to a workload."""
+
+    ghost_factor: float = 8.0  #: evicted blocks remembered, in resident blocks
+    prior: float = 4.0  #: pseudo-intervals of the pooled reuse rate in each class
+    decay: float = 0.9  #: counter decay per reconfiguration
+    min_interval: int = 4096  #: reconfiguration interval floor, in block events
+    output_length: bool = True  #: use the finished request's lengths (False: ablation)
+
+
+class _Node:
+    """One resident block: class, last touch, hits, parent, resident-child count, and
+    whether it is in its class's leaf list."""
+
+    __slots__ = ("last", "cls", "refs", "parent", "kids", "leaf")
+
+    def __init__(self) -> None:
+        self.last = 0
+        self.cls = 0
+        self.refs = 0
+        self.parent: Key = None
+        self.kids = 0
+        self.leaf = False
+
+
+class SAECacheReuse(PrefixPolicy):
+    """Class reuse probability first, LRU inside a class, leaves only (module docstring)."""
+
+    name = "saecache-reuse"
+
+    def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
+                 params: ReuseParams | None = None, **overrides: Any) -> None:
+        super().__init__(capacity_tokens, rng=rng)
+        p = params or ReuseParams()
+        if overrides:
+            p = ReuseParams(**{**asdict(p), **overrides})
+        if p.ghost_factor <= 0 or p.prior <= 0 or not 0.0 < p.decay <= 1.0 or p.min_interval < 1:
+            raise ValueError(f"bad ReuseParams {p!r}")
+        self.p = p
+        self._nodes: dict[Key, _Node] = {}
+        #: class -> heap of (last touch, key) over its leaves, with stale entries (a key
+        #: touched again, reclassed or no longer a leaf) dropped when they reach the top;
+        #: only classes with a valid leaf are kept, ``_count`` their valid entries
+        self._heaps: dict[int, list[tuple[int, Key]]] = {}
+        self._count: dict[int, int] = {}
+        self._ghost: OrderedDict[Key, tuple[int, int, int]] = OrderedDict()
+        self._reused = [0.0] * NCLASS
+        self._ended = [0.0] * NCLASS
+        self.prob = [0.5] * NCLASS  #: p_c used by the order until the next reconfiguration
+        self._t = 0  # logical clock: block events
+        self._next_cfg = p.min_interval
+        self._prev: Key = None  # block touched just before, in this request phase
+        self._droot: Key = None  # prompt block the decoded chain hangs under
+        self._t0 = 0  # clock at the request's start
+        self._turn = 1
+        self._size_g = 0
+        self._last_i = -1
+        self._types: list[str] = []
+
+    # ---------------------------------------------------------------- request context
+    def begin(self, view: RequestView, now: float) -> None:
+        super().begin(view, now)
+        self._prev = None
+        self._t0 = self._t
+        if view.session_id is not None:
+            self._turn = view.turn or 1
+        else:
+            self._turn = 1 + self.root_requests(view.hash_ids[0]) if view.hash_ids else 1
+        self._size_g = size_group(len(view.hash_ids), None, view.block_tokens)
+        self._types = view.block_types
+        self._last_i = len(view.hash_ids) - 1
+
+    def root_requests(self, root: Key) -> int:
+        """Earlier requests known to have started with block ``root`` (its references while
+        resident or remembered as a ghost; 0 when forgotten)."""
+        nd = self._nodes.get(root)
+        if nd is not None:
+            return nd.refs + 1
+        g = self._ghost.get(root)
+        return g[2] + 1 if g is not None else 0
+
+    def begin_decode(self, now: float) -> None:
+        v = self.view
+        first = v.input_length // max(1, v.block_tokens)
+        # the decoded chain hangs under the prompt's last full block (the simulator's rule)
+        self._droot = v.hash_ids[first - 1] if 0 < first <= len(v.hash_ids) else None
+        self._prev = None
+        self._types = v.block_types
+        self._last_i = len(self._types) - 1
+
+    def end(self, now: float) -> None:
+        """The request finished: its prompt blocks touched by it take the class with its
+        output length known (a leaf among them goes to the back of its new class: it was just touched)."""
+        if self._droot is not None:  # link the decoded chain's first block to its root
+            root = self._nodes.get(self._droot)
+            if root is not None and self._prev is not None:
+                self._link(self._droot, root)
+            self._droot = None
+        v = self.view
+        if not self.p.output_length or not v.hash_ids:
+            return
+        sg = size_group(len(v.hash_ids), v.output_length, v.block_tokens)
+        if sg == self._size_g:
+            return
+        d = sg - self._size_g
+        nodes, t0 = self._nodes, self._t0
+        for k in v.hash_ids:
+            nd = nodes.get(k)
+            if nd is None or nd.last < t0:
+                continue
+            if nd.leaf:
+                self._unleaf(k, nd)
+                nd.cls += d
+                self._push(k, nd)
+            else:
+                nd.cls += d
+
+    def _class(self, refs: int, i: int) -> int:
+        ty = self._types
+        tg = _TYPES.get(ty[i], 3) if i < len(ty) else 3
+        return class_of(refs, i == self._last_i, tg, self._turn, self._size_g)
+
+    # ---------------------------------------------------------------- leaf heaps
+    def _push(self, key: Key, nd: _Node) -> None:
+        """``key`` is an evictable leaf of class ``nd.cls`` with last touch ``nd.last``."""
+        h = self._heaps.get(nd.cls)
+        if h is None:
+            h = self._heaps[nd.cls] = []
+        heapq.heappush(h, (nd.last, key))
+        self._count[nd.cls] = self._count.get(nd.cls, 0) + 1
+        nd.leaf = True
+
+    def _unleaf(self, key: Key, nd: _Node) -> None:
+        """``key`` leaves its class's leaf set (its heap entry goes stale)."""
+        c = nd.cls
+        n = self._count[c] - 1
+        if n:
+            self._count[c] = n
+        else:
+            del self._count[c]
+            del self._heaps[c]
+        nd.leaf = False
+
+    def _head(self, c: int) -> tuple[int, Key]:
+        """The least recently touched valid leaf of class ``c`` (stale entries dropped)."""
+        h = self._heaps[c]
+        nodes = self._nodes
+        while True:
+            last, k = h[0]
+            nd = nodes.get(k)
+            if nd is not None and nd.leaf and nd.cls == c and nd.last == last:
+                return last, k
+            heapq.heappop(h)
+
+    def _link(self, key: Key, nd: _Node) -> None:
+        """``self._prev`` (touched just before ``key``) is ``key``'s child."""
+        c = self._prev
+        self._prev = key
+        if c is None:
+            return
+        cn = self._nodes.get(c)
+        if cn is None or cn.parent is not None:
+            return
+        cn.parent = key
+        nd.kids += 1
+        if nd.leaf:
+            self._unleaf(key, nd)
+
+    # ---------------------------------------------------------------- learning
+    def _tick(self) -> None:
+        self._t += 1
+        if self._t >= self._next_cfg:
+            self.reconfigure()
+
+    def reconfigure(self) -> None:
+        """Move the learned ``p_c`` into the order, then decay the counters."""
+        r, n = self._reused, self._ended
+        tr, tn = sum(r), sum(n)
+        if tn > 0:
+            pool = tr / tn
+            k = self.p.prior
+            self.prob = [(a + k * pool) / (b + k) for a, b in zip(r, n)]
+        d = self.p.decay
+        self._reused = [x * d for x in r]
+        self._ended = [x * d for x in n]
+        self._next_cfg = self._t + max(self.p.min_interval, len(self._nodes))
+
+    # ---------------------------------------------------------------- events
+    def on_hit(self, key: Key, i: int, now: float) -> None:
+        nd = self._nodes[key]
+        self._reused[nd.cls] += 1.0
+        self._ended[nd.cls] += 1.0
+        nd.refs += 1
+        cls = self._class(nd.refs, i)
+        if nd.leaf:
+            self._unleaf(key, nd)
+            nd.cls, nd.last = cls, self._t
+            self._push(key, nd)
+        else:
+            nd.cls, nd.last = cls, self._t
+        self._link(key, nd)
+        self._tick()
+
+    def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
+        nd = _Node()
+        g = self._ghost.pop(key, None)
+        if g is not None:  # a miss that a larger cache would have hit
+            self._reused[g[1]] += 1.0
+            nd.refs = g[2] + 1
+        nd.cls = self._class(nd.refs, i)
+        nd.last = self._t
+        self._nodes[key] = nd
+        self._push(key, nd)
+        self._link(key, nd)
+        self._tick()
+
+    def victim(self, now: float) -> Key:
+        nodes, prob = self._nodes, self.prob
+        best: Key = None
+        best_s = (float('inf'), 0)
+        t1 = self._t + 1
+        for c in self._count:
+            last, k = self._head(c)
+            s = (prob[c] / (t1 - last), last)
+            if s < best_s:
+                best, best_s = k, s
+        if best is None:
+            raise KeyError("victim() on an empty cache")
+        nd = nodes.pop(best)
+        self._unleaf(best, nd)
+        ghost = self._ghost
+        ghost[best] = (nd.last, nd.cls, nd.refs)
+        self._ended[nd.cls] += 1.0
+        limit = max(64, int(self.p.ghost_factor * len(nodes)))
+        while len(ghost) > limit:
+            ghost.popitem(last=False)
+        par = nd.parent
+        if par is not None:
+            pn = nodes.get(par)
+            if pn is not None:
+                pn.kids -= 1
+                if pn.kids == 0:
+                    self._push(par, pn)
+        if self._prev == best:
+            self._prev = None
+        return best
+
+    def evictable(self) -> list[tuple[float, int, Key]]:
+        """Every evictable block as ``(V, last touch, key)``, lowest first: what the
+        brute-force check ranks."""
+        t1 = self._t + 1
+        return sorted((self.prob[nd.cls] / (t1 - nd.last), nd.last, k)
+                      for k, nd in self._nodes.items() if nd.leaf)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
