@@ -1,4 +1,4 @@
-"""The statistical analyzer against the seed's worked example (appendix A.1) and against a
+"""The statistical analyzer against the seed's worked example (docs/design/chiron.md) and against a
 plain, obviously-correct reference written here with loops and Counter."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     assert g == w
 
 
-# ---------------------------------------------------------------------------- seed A.1
+# ---------------------------------------------------------------- the seed's worked example
 
 
 def test_seed_worked_example_a1() -> None:

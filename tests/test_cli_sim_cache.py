@@ -167,7 +167,7 @@ def test_simulate_bad_inputs(trace: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- the CLI
-def test_cli_json_keys_exactly_as_cli_md(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_keys_exactly_the_contract(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["sim", "cache", "--trace", str(trace), "--policy", "lru", "--cache-size", "10%",
                "--size-mode", "bytes", "--json"])
     out, err = capsys.readouterr()

@@ -1,6 +1,6 @@
 """Block ids follow the sorted path order of the whole dataset, whatever order folders are
 first read in, so a sorted traversal is one stride and readahead crosses folder boundaries
-(CHIRON.md: "files sorted by path get consecutive ranges")."""
+(docs/design/chiron.md: "Files sorted by path get consecutive block ranges")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The same trace in every format gives the same simulation (WORKLOADS.md: "The same trace
-in two formats gives identical simulation results"), and the oracle-general file we write
-gives libCacheSim's own C loop the same LRU miss ratio as ours."""
+"""The same trace in every format gives identical simulation results, and the oracle-general
+file we write gives libCacheSim's own C loop the same LRU miss ratio as ours."""
 
 from __future__ import annotations
 
