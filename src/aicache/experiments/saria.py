@@ -11,10 +11,12 @@ sessions — the DRAM pressure the seed varies — stays that of the full run.
   SSD reads per write, writes never read; zero/half/full promotion transfer times.
 * ``saria-pressure`` (Fig. 11): 100 sessions, starts over 10–40 min, E2 / R4 / FD.
 * ``saria-ablation`` (Fig. 12): base → +meta → +promotion → +overlap → +coordinator.
-* ``saria-admission`` (Fig. 13): E∈{2,3,4,6}, R∈{4,8,16,32,48}, E2∨R{2,8,24}, FD.
+* ``saria-admission`` (Fig. 13): E∈{2,3,4,6}, R∈{4,8,16,32,48}, E2∨R{2,8,24}, FD, the
+  oracle and the learned admission (``learned``).
 * ``saria-promotion`` (Fig. 15): r ∈ {0, 0.2, …, 1} under full duplicate, 1 in flight.
 * ``saria-coordination`` (Fig. 16): one 135,168-token reload split evenly DRAM/SSD.
-* ``saria-mooncake``: the shipped Mooncake FAST'25 trace (timestamp replay).
+* ``saria-mooncake``: the shipped Mooncake FAST'25 trace (timestamp replay), with the
+  learned admission (LA) and the oracle (OR) as the frontier, whole and by halves.
 
 All replays use the seed's logical replay clock (:mod:`aicache.sim.kv`): TTFT is the
 server's latency from submission, never a queue the replay itself builds.
@@ -40,7 +42,8 @@ FIG10 = [("DO", "dram-only", None), ("E5", "saria", 5), ("E4", "saria", 4), ("E3
 FIG10_LEGEND = ("DO = DRAM only (SSD disabled); E5…E2 = SARIA (ours, marked *) with "
                 "eviction-count threshold θ_E = 5…2; FD = full duplicate (every block to SSD); "
                 "LMC+ = LMCache+ (full duplicate, tier-prefix lookup, serial tiers); GO = GDS only "
-                "(KV only on SSD, read straight to GPU); OR = offline oracle SSD admission.")
+                "(KV only on SSD, read straight to GPU); OR = offline oracle SSD admission; "
+                "LA = learned admission (online, `--admission learned`).")
 
 #: the Mooncake FAST'25 synthetic trace shipped with the repository (traces/README.md)
 MOONCAKE_TRACE = Path(__file__).resolve().parents[3] / "traces" / "mooncake_fast25_synthetic.jsonl"
@@ -426,7 +429,7 @@ class Ablation(_KVExperiment):
 
 # --------------------------------------------------------------------- Fig. 13
 ADMISSIONS = ([f"E{e}" for e in (2, 3, 4, 6)] + [f"R{r}" for r in (4, 8, 16, 32, 48)]
-              + [f"E2∨R{r}" for r in (2, 8, 24)] + ["full-duplicate", "oracle"])
+              + [f"E2∨R{r}" for r in (2, 8, 24)] + ["full-duplicate", "oracle", "learned"])
 
 
 class Admission(_KVExperiment):
@@ -439,7 +442,7 @@ class Admission(_KVExperiment):
         base = _scaled("agent", quick, 30)
         return [{**base, "model": model, "label": a,
                  "family": a[0] if "∨" not in a and a[0] in "ER" else
-                 ("E∨R" if "∨" in a else "oracle" if a == "oracle" else "FD"),
+                 ("E∨R" if "∨" in a else a if a in ("oracle", "learned") else "FD"),
                  "system": "saria", "admission": a, "seed": 0}
                 for model in _pick(SEED_A30_MODELS, quick) for a in ADMISSIONS]
 
@@ -580,7 +583,7 @@ class Coordination(Experiment):
 # --------------------------------------------------------------------- Mooncake shape
 #: admission arms replayed on each half of the Mooncake trace (label, system, admission)
 HALF_ARMS = (("FD", "full-duplicate", None), ("E2", "saria", "E2"), ("E2∨R1", "saria", "E2∨R1"),
-             ("E3", "saria", "E3"), ("OR", "oracle", None))
+             ("E3", "saria", "E3"), ("LA", "saria", "learned"), ("OR", "oracle", None))
 
 
 class Mooncake(_KVExperiment):
@@ -595,6 +598,10 @@ class Mooncake(_KVExperiment):
         out = [{"workload": "mooncake-trace", "sessions": n, "model": model, "label": lab,
                 "system": s, **budget, **({"theta_e": te} if te else {})}
                for model in _pick(SEED_MODELS, quick) for lab, s, te in FIG10]
+        # the learned admission (kv/admission.py) beside the seed's rule and the oracle
+        out += [{"workload": "mooncake-trace", "sessions": n, "model": model, "label": "LA",
+                 "system": "saria", "admission": "learned", **budget}
+                for model in _pick(SEED_MODELS, quick)]
         if not quick:  # each half alone: the first for development, the second held out
             out += [{"workload": f"mooncake-trace-{h}", "half": h, "model": "qwen3-8b",
                      "label": lab, "system": s, "admission": adm, **budget}

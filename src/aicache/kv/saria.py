@@ -131,7 +131,9 @@ class SSDAdmission(Protocol):
     (``R_b`` counted) — start its write while it stays in DRAM? ``prewrite_at_store``:
     the node was just (re)stored in DRAM — start its write? ``on_reference``: a request
     reused the node (``R_b`` just grew), served or recomputed; ``on_write``: the index
-    issued an SSD write of ``size`` bytes."""
+    issued an SSD write of ``size`` bytes; ``on_store``: a prompt's blocks ``path`` were
+    stored, those from ``skip`` on offloaded now (before any of the per-node calls), by
+    a request with ``attrs`` (None: unknown)."""
 
     label: str
 
@@ -140,6 +142,8 @@ class SSDAdmission(Protocol):
     def prewrite_at_store(self, node: RadixNode, now: float) -> bool: ...
     def on_reference(self, node: RadixNode, now: float) -> None: ...
     def on_write(self, node: RadixNode, size: int, now: float) -> None: ...
+    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
+                 attrs: RequestAttrs | None) -> None: ...
 
 
 class RuleAdmission:
@@ -165,6 +169,10 @@ class RuleAdmission:
         return None
 
     def on_write(self, node: RadixNode, size: int, now: float) -> None:
+        return None
+
+    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
+                 attrs: RequestAttrs | None) -> None:
         return None
 
 
@@ -779,6 +787,7 @@ class KVIndex:
         dram_on = self.dram_capacity > 0
         ssd_on = self.ssd_capacity > 0
         rule, adm = self.rule, self.adm
+        adm.on_store(path, skip, now, attrs)
         prewrite = self.p.prewrite and ssd_on
         pol = self.policy
         for i in range(skip, len(path)):
@@ -1152,8 +1161,11 @@ class KVIndex:
 
 @dataclass(slots=True)
 class RequestAttrs:
-    """Per-request metadata copied onto new nodes (what semantic eviction policies read)."""
+    """Per-request metadata copied onto new nodes (what semantic eviction policies read);
+    ``output_tokens`` (the tokens the request generated, −1 unknown) is seen by the
+    admission policy's ``on_store``."""
 
     session: str | None = None
     turn: int = -1
     block_types: Sequence[str] | None = None
+    output_tokens: int = -1

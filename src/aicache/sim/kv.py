@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.kv.admission import OracleAdmission
+from aicache.kv.admission import LearnedAdmission, OracleAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.saria import (
     GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, Moves,
@@ -113,6 +113,9 @@ ADMISSION_POLICIES: Registry[Callable[[Sequence["_Req"], "KVSimParams", ModelSpe
 ADMISSION_POLICIES.register(
     "oracle", lambda reqs, p, m: OracleAdmission([r.keys for r in reqs]),
     "offline: write a block at its DRAM eviction iff a later request references it")
+ADMISSION_POLICIES.register(
+    "learned", lambda reqs, p, m: LearnedAdmission(horizon=p.metadata_window),
+    "online: write a block at its DRAM eviction iff its learned reuse probability ≥ ½")
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,14 @@ class KVSimParams:
 # ---------------------------------------------------------------------- preparation
 class _Req:
     __slots__ = ("session", "turn", "gap", "ts", "input_length", "keys", "last_tokens",
-                 "types", "arrival", "t_start", "transfer", "plan", "achievable", "next")
+                 "types", "arrival", "t_start", "transfer", "plan", "achievable", "next",
+                 "output_length")
 
     def __init__(self, session: str | None, turn: int, ts: float, input_length: int,
-                 keys: list[Hashable], last_tokens: int, types: list[str] | None) -> None:
+                 keys: list[Hashable], last_tokens: int, types: list[str] | None,
+                 output_length: int = -1) -> None:
         self.session, self.turn, self.ts = session, turn, ts
+        self.output_length = output_length
         self.input_length, self.keys, self.last_tokens, self.types = (
             input_length, keys, last_tokens, types)
         self.gap = 0.0
@@ -215,7 +221,7 @@ def prepare(requests: Iterable[KVRequest], block_tokens: int) -> list[_Req]:
             raise BadInput(f"trace request {no}: input_length must be non-negative")
         keys, last, types = _reblock(r, block_tokens, no)
         out.append(_Req(r.session_id, r.turn if r.turn is not None else -1, float(r.timestamp),
-                        r.input_length, keys, last, types))
+                        r.input_length, keys, last, types, r.output_length))
     return out
 
 
@@ -491,7 +497,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         if n:
             tokens[-1] = r.last_tokens
         apply(index.finish(plan, keys, t, tokens=tokens,
-                           attrs=RequestAttrs(r.session, r.turn, r.types)), t)
+                           attrs=RequestAttrs(r.session, r.turn, r.types,
+                                              r.output_length)), t)
         sid = 0
         for k in keys:
             key = (sid, k)
