@@ -34,9 +34,11 @@ class Scripted(Advisor):
         return None if a is None else Advice(a[0], a[1])
 
 
+#: the seed's confidence gate alone, so that the scripted answers decide (the evidence check
+#: would reject a confident "random" on this sequential stream: tests/test_gate_evidence.py)
 PARAMS = ChironParams(min_window=10, first_review_s=1.0, early_retry_s=2.0, routine_interval_s=30.0,
                       reflection_interval_s=45.0, round_s=1.0, min_round_accesses=5, advisor_delay_s=0.0,
-                      retry_backoff=1.0)
+                      retry_backoff=1.0, gate_mode="seed")
 
 
 class Switches(ChironObserver):
@@ -173,4 +175,4 @@ def test_judgement_is_small_and_typed() -> None:
     j = Judgement(1.23456, "u", "periodic retry", None, None, False)
     assert not hasattr(j, "__dict__")
     assert j.as_dict() == {"t": 1.235, "unit": "u", "trigger": "periodic retry", "pattern": None,
-                           "confidence": None, "accepted": False}
+                           "confidence": None, "accepted": False, "adopted": None}

@@ -23,8 +23,9 @@ def _entries(path: Path) -> list[dict]:
 
 
 def test_the_default_scenarios_are_recorded() -> None:
-    # W1-W3 with the default controller are what must-show 2 is judged on
-    assert {"W1-s0.05", "W2-s0.1", "W3-s0.05"} <= set(RECORDED)
+    # W1-W3 with the default controller (and with the seed's gate) are what must-show 2 is judged on
+    assert {"W1-s0.05", "W2-s0.1", "W3-s0.05", "W1-s0.05-evidence", "W2-s0.1-evidence",
+            "W3-s0.05-evidence"} <= set(RECORDED)
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -44,7 +45,12 @@ def test_transcript_answers_every_prompt_of_its_scenario(name: str) -> None:
     tau = 0.0 if sc.params().get("gate") is False else 0.70
     accepted = [e for e in first["log"] if e["accepted"]]
     assert all(e["confidence"] >= tau for e in accepted)
-    assert first["rejected_advice"] == sum(1 for e in first["log"] if e["pattern"] and e["confidence"] < tau)
+    assert first["rejected_advice"] == sum(1 for e in first["log"] if e["pattern"] and not e["accepted"])
+    if sc.params().get("gate_mode") == "seed" or tau == 0.0:
+        # the seed's gate: rejected iff below tau, and nothing but accepted advice adopted
+        assert first["rejected_advice"] == sum(1 for e in first["log"] if e["pattern"] and e["confidence"] < tau)
+        assert all(e["adopted"] == (e["pattern"] if e["accepted"] else None) for e in first["log"])
+        assert first["contradicted_advice"] == first["evidence_adopted"] == 0
     again = run_scenario(sc, ReplayAdvisor(sc.transcript))
     assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)
     if sc.delay == "measured":

@@ -40,9 +40,12 @@ class Scripted(Advisor):
         return ("sequential", 0.9)
 
 
+#: the seed's confidence gate alone: these scripts give answers that the synthetic stride
+#: would contradict, to test the controller's mechanics (the evidence check:
+#: tests/test_gate_evidence.py); fixed early retry (the seed's; back-off: own test)
 PARAMS = ChironParams(min_window=10, first_review_s=1.0, early_retry_s=2.0, routine_interval_s=30.0,
                       reflection_interval_s=45.0, round_s=1.0, min_round_accesses=5, advisor_delay_s=0.0,
-                      retry_backoff=1.0)  # fixed early retry (the seed's); back-off: own test
+                      retry_backoff=1.0, gate_mode="seed")
 
 
 def drive(sys: ChironSystem, t0: float, t1: float, dt: float = 0.1, hit: bool = False,
@@ -265,7 +268,7 @@ def _retry_gaps(answers: list[tuple[str, float] | None], until: float, **kw: Any
     runner = TimedRunner(adv)
     params = ChironParams(**{**dict(min_window=10, first_review_s=1.0, early_retry_s=2.0,
                                     retry_backoff=2.0, routine_interval_s=10.0, reflection=False,
-                                    advisor_delay_s=0.0), **kw})
+                                    advisor_delay_s=0.0, gate_mode="seed"), **kw})
     sys = ChironSystem(1 << 30, advisor=adv, params=params, runner=runner)
     drive(sys, 0.0, until, dt=0.1)
     return [b - a for a, b in zip(runner.times, runner.times[1:])]
@@ -468,7 +471,7 @@ def test_oscillating_advice_is_damped_by_exponential_back_off():
     adv = Scripted(flips)
     params = ChironParams(window=50, min_window=10, first_review_s=0.5, early_retry_s=0.5,
                           routine_interval_s=1.0, reflection_interval_s=1.0, round_s=1.0,
-                          min_round_accesses=5, advisor_delay_s=0.0, retry_backoff=2.0)
+                          min_round_accesses=5, advisor_delay_s=0.0, retry_backoff=2.0, gate_mode="seed")
     sys = ChironSystem(1 << 30, advisor=adv, params=params)
     log: list[tuple[str | None, str, int]] = []
     orig = sys._switch

@@ -28,7 +28,8 @@ from aicache.adaptive.prompt import parse_advice
 TRANSCRIPT = Path(__file__).parent / "data" / "gemma3-270m-W1.jsonl"
 #: the scenario of the committed transcript (and of the simulator test)
 WORKLOAD, SCALE, SEED = "W1", 0.02, 0
-CHIRON = {"window": 128, "min_window": 64}
+#: recorded under the seed's confidence gate (the checks below are that gate's rule)
+CHIRON = {"window": 128, "min_window": 64, "gate_mode": "seed"}
 MAX_CALLS = 3
 TAU = 0.70
 
@@ -160,7 +161,8 @@ def test_real_llm_never_slows_engine_reads(llm: dict[str, str], tmp_path: Path) 
     advisor.hold.clear()
     system = make_system("chiron", 1 << 30, block, advisor=advisor, runner="thread",
                          first_review_s=0.01, early_retry_s=0.01, routine_interval_s=0.02,
-                         reflection_interval_s=0.02, min_window=10, window=64, round_s=0.05)
+                         reflection_interval_s=0.02, min_window=10, window=64, round_s=0.05,
+                         gate_mode="seed")
     decisions = DecisionLog()
     system.add_observer(decisions)  # type: ignore[attr-defined]
     e = CacheEngine(SlowFileSystem(), str(tmp_path / "cache"), 1 << 30, policy=system,
@@ -204,21 +206,22 @@ FULL_TRANSCRIPT = Path(__file__).parent / "data" / "gemma3-270m-W1-scale0.05.jso
 
 def test_full_window_transcript_replays_through_the_cli(tmp_path: Path) -> None:
     """A recorded real-LLM run of W1 at scale 0.05 with the default controller (1,000-ID
-    windows): ``aicache sim datacache --advisor replay:FILE`` answers every diagnosis from
-    it (no missing key) and prints the same JSON twice; the gate took exactly the recorded
-    answers with c >= tau."""
+    windows, the seed's gate it was recorded under): ``aicache sim datacache --gate seed
+    --advisor replay:FILE`` answers every diagnosis from it (no missing key) and prints the
+    same JSON twice; the gate took exactly the recorded answers with c >= tau."""
     import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "aicache.cli.main", "sim", "datacache", "--workload", "W1",
-           "--scale", "0.05", "--system", "chiron", "--advisor", f"replay:{FULL_TRANSCRIPT}", "--json"]
+           "--scale", "0.05", "--system", "chiron", "--gate", "seed", "--advisor", f"replay:{FULL_TRANSCRIPT}", "--json"]
     outs = [subprocess.run(cmd, capture_output=True, check=True).stdout for _ in range(2)]
     assert outs[0] == outs[1]
     d = json.loads(outs[0])
     replay = ReplayAdvisor(FULL_TRANSCRIPT)
     from aicache.sim.datacache import load_workload, simulate_datacache
 
-    again = simulate_datacache(load_workload("W1", scale=0.05, seed=0), "chiron", None, advisor=replay, seed=0).to_dict()
+    again = simulate_datacache(load_workload("W1", scale=0.05, seed=0), "chiron", None, advisor=replay, seed=0,
+                               system_params={"gate_mode": "seed"}).to_dict()
     assert "missing key" not in replay.counters.errors and replay.reused == 0
     assert replay.counters.calls == len(replay) == d["advisor_calls"]
     entries = _entries(FULL_TRANSCRIPT)

@@ -13,9 +13,11 @@ and a feedback reflector. Reads never wait on the advisor:
    cannot exploit the new pattern) the controller
    *snapshots* the window and the review context and hands them to an
    :class:`AdvisorRunner`; reads continue under the active executor;
-3. when the runner has an answer, the confidence gate judges it; only an accepted
-   pattern that differs from the active one switches the executor. A pending diagnosis
-   never changes anything.
+3. when the runner has an answer, the gate judges it (:mod:`aicache.adaptive.gate`: the
+   confidence threshold, and in the default ``aicache`` gate mode the evidence check on
+   the same snapshot, which may reject the advice or adopt the evidence's own diagnosis
+   instead); only an adopted pattern that differs from the active one switches the
+   executor. A pending diagnosis never changes anything.
 
 Runners: :class:`VirtualDelayRunner` (simulation: the answer becomes visible ``delay``
 virtual seconds after the snapshot; deterministic) and :class:`ThreadRunner` (real engine:
@@ -58,7 +60,7 @@ from aicache.adaptive.advisor.registry import make_advisor
 from aicache.adaptive.analyzer import analyze, tail_length
 from aicache.adaptive.executors import EXECUTOR_SETS, Executor, make_executor
 from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewScheduler
-from aicache.adaptive.gate import ConfidenceGate
+from aicache.adaptive.gate import DEFAULT_GATE_MODE, ConfidenceGate, Verdict, check_gate_mode, weigh_evidence
 from aicache.adaptive.observer import ChironObserver, Judgement
 from aicache.adaptive.unit import UnitMapper
 from aicache.datacache.policy.system import DataCacheSystem
@@ -76,7 +78,11 @@ class ChironParams:
 
     window: int = 1000
     tau: float = 0.70
+    #: False: no gate at all (every parsed answer is adopted; the gate ablation)
     gate: bool = True
+    #: ``aicache`` (the default): the confidence gate plus the evidence check on the
+    #: snapshot (:mod:`aicache.adaptive.gate`); ``seed``: the seed's confidence gate alone
+    gate_mode: str = DEFAULT_GATE_MODE
     reflection: bool = True
     alpha: float = 0.35
     theta: float = 0.18
@@ -124,6 +130,7 @@ class ChironParams:
             raise BadInput(f"round_s={self.round_s!r} must be positive seconds")
         if not self.retry_backoff >= 1.0:
             raise BadInput(f"retry_backoff={self.retry_backoff!r} must be >= 1 (1 = no back-off)")
+        check_gate_mode(self.gate_mode)
         if self.executors not in EXECUTOR_SETS:
             raise BadInput(f"executors={self.executors!r}: valid executor sets: "
                            f"{', '.join(EXECUTOR_SETS.names())}")
@@ -294,6 +301,7 @@ class ChironSystem(DataCacheSystem):
         else:
             raise BadInput(f"unknown advisor runner {runner!r}; valid: virtual, thread")
         self.gate = ConfidenceGate(p.tau if p.gate else 0.0)
+        self._evidence = p.gate and p.gate_mode == "aicache"
         self._review = ReviewParams(p.routine_interval_s, p.reflection_interval_s,
                                     p.early_retry_s, p.first_review_s, p.reflection)
         self.rng = random.Random(seed)
@@ -317,6 +325,8 @@ class ChironSystem(DataCacheSystem):
         self.output_tokens = 0
         self.no_advice = 0
         self.rejected_advice = 0
+        self.contradicted_advice = 0  # rejected by the evidence check (part of rejected_advice)
+        self.evidence_adopted = 0  # decisions that adopted the evidence's diagnosis instead
         self.switches = 0
         self.flaps_suppressed = 0  # switch-backs held by the oscillation back-off
         self.observers: list[ChironObserver] = []
@@ -543,25 +553,28 @@ class ChironSystem(DataCacheSystem):
         if advice is not None:
             self.input_tokens += advice.input_tokens
             self.output_tokens += advice.output_tokens
-        decision = self.gate.check(advice)
+        evidence = (weigh_evidence(req.window, req.context.older_prefix_may_be_stale)
+                    if self._evidence else None)
+        decision = self.gate.check(advice, evidence)
         if advice is None:
             self.no_advice += 1
         elif not decision.accepted:
             self.rejected_advice += 1
+            self.contradicted_advice += decision.verdict is Verdict.CONTRADICTED
+        pattern = decision.adopted
+        self.evidence_adopted += pattern is not None and not decision.accepted
         sch = u.scheduler
-        sch.finished(now, decision.accepted)
-        self._backoff(u, advice, decision.accepted, now)
-        if decision.accepted and u.open_anomaly:
-            self._resolve_anomaly(u, decision.pattern)
+        sch.finished(now, pattern is not None)
+        self._backoff(u, advice, pattern is not None, now)
+        if pattern is not None and u.open_anomaly:
+            self._resolve_anomaly(u, pattern)
         if self.observers:
             j = Judgement(now, u.name, req.context.trigger, advice.pattern if advice else None,
-                          advice.confidence if advice else None, decision.accepted)
+                          advice.confidence if advice else None, decision.accepted, pattern)
             for o in self.observers:
                 o.on_judged(req, advice, j)
-        if not decision.accepted:
+        if pattern is None:
             return
-        pattern = decision.pattern
-        assert pattern is not None
         if pattern == u.pattern:
             u.state = "stable"
             return
@@ -650,6 +663,8 @@ class ChironSystem(DataCacheSystem):
             "advisor_output_tokens": self.output_tokens,
             "no_advice": self.no_advice,
             "rejected_advice": self.rejected_advice,
+            "contradicted_advice": self.contradicted_advice,
+            "evidence_adopted": self.evidence_adopted,
             "switches": self.switches,
             "flaps_suppressed": self.flaps_suppressed,
             "active_patterns": {n: (u.pattern or "default") for n, u in self.units.items()},

@@ -37,7 +37,10 @@ from aicache.adaptive.advisor.base import Advice, DiagnosisRequest
 @dataclass(frozen=True, slots=True)
 class Judgement:
     """One judged answer. ``pattern``/``confidence`` are the advice's (None = no advice);
-    ``accepted`` is the gate's verdict (only an accepted answer may switch an executor)."""
+    ``accepted`` is the gate's verdict on the advice; ``adopted`` the pattern the harness
+    committed to — the advice's when accepted, the evidence check's own diagnosis when it
+    overrode the advice (:mod:`aicache.adaptive.gate`), None when the policy stayed. Only
+    an adopted pattern may switch an executor."""
 
     t: float
     unit: str
@@ -45,10 +48,17 @@ class Judgement:
     pattern: str | None
     confidence: float | None
     accepted: bool
+    adopted: str | None = None
+
+    @property
+    def committed(self) -> str | None:
+        """The adopted pattern (an accepted answer built without ``adopted`` adopts its own)."""
+        return self.adopted if self.adopted is not None else self.pattern if self.accepted else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"t": round(self.t, 3), "unit": self.unit, "trigger": self.trigger,
-                "pattern": self.pattern, "confidence": self.confidence, "accepted": self.accepted}
+                "pattern": self.pattern, "confidence": self.confidence, "accepted": self.accepted,
+                "adopted": self.committed}
 
 
 class ChironObserver:

@@ -32,6 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
                    help="chiron's executor set: ours (default) or seed (the published executor table, docs/design/chiron.md: eager "
                         "removes a block once read, LRU for skewed, no prefetch for random)")
+    p.add_argument("--gate", default=None, choices=("aicache", "seed"),
+                   help="chiron's gate: aicache (default: confidence + an evidence check of the advice against "
+                        "the recorded accesses) or seed (the published design's confidence gate alone)")
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,
@@ -69,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         if args.system not in ("chiron", "chiron-seed"):
             raise BadInput(f"--executors applies to --system chiron, not {args.system!r}")
         system_params["executors"] = args.executors
+    if args.gate is not None:
+        if args.system not in ("chiron", "chiron-seed"):
+            raise BadInput(f"--gate applies to --system chiron, not {args.system!r}")
+        system_params["gate_mode"] = args.gate
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
                              miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed,
                              system_params=system_params)

@@ -90,7 +90,7 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     out["recoveries"] = len(d.get("recovery_s") or [])
     for t in TRIGGERS:
         out[f"reviews[{t}]"] = sum(1 for e in log if e["trigger"] == t)
-    out["answers"] = [[e["t"], e["pattern"], e["confidence"], e["accepted"], e["label"]] for e in log]
+    out["answers"] = [[e["t"], e["pattern"], e["confidence"], e["accepted"], e["label"], e["adopted"]] for e in log]
     for p in d.get("phases", []):
         out[f"chr[{p['name']}]"] = p["chr"]
     out["phase_s"] = [[p["name"], p["pattern"], p["seconds"]] for p in d.get("phases", [])]
@@ -113,14 +113,20 @@ class ChironArms(Experiment):
     run_cell = staticmethod(run_arm)
 
 
+def _adopted(answer: Sequence[Any]) -> Any:
+    """The pattern an answer row adopted (rows written before ``adopted`` was logged: the
+    accepted advice's)."""
+    return answer[5] if len(answer) > 5 else answer[1] if answer[3] else None
+
+
 def adaptation(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per phase of a :func:`chiron_cell` row: its duration and how long after its start
-    Chiron first accepted an answer naming the phase's pattern (None = not within it)."""
+    Chiron first adopted the phase's pattern (None = not within it)."""
     out, start = [], 0.0
     answers = row.get("answers") or []
     for name, pattern, secs in row.get("phase_s") or []:
         end = start + secs
-        lag = next((a[0] - start for a in answers if a[3] and a[1] == pattern and start <= a[0] < end), None)
+        lag = next((a[0] - start for a in answers if _adopted(a) == pattern and start <= a[0] < end), None)
         out.append({"phase": name, "pattern": pattern, "seconds": secs, "lag_s": lag})
         start = end
     return out
@@ -145,15 +151,24 @@ def _missing(names: Sequence[str]) -> str:
 
 
 # -- Fig. 15 / must-show 2 ----------------------------------------------------------------------
+#: W1–W3 at the LLM scenarios' scales: the seed's gate's scenario -> the default gate's
 ADVISOR_SCENARIOS = ("W1-s0.05", "W2-s0.1", "W3-s0.05")
-NOISY = (0.1, 0.3, 0.5)
+EVIDENCE_SCENARIO = {n: f"{n}-evidence" for n in ADVISOR_SCENARIOS}
+#: 1.0 = an advisor that is always wrong (a uniformly chosen wrong pattern every time)
+NOISY = (0.1, 0.3, 0.5, 1.0)
+#: gate modes of every Chiron arm but the statistical one (with which both decide alike)
+GATES = ("aicache", "seed")
+
+
+def _gate_arm(arm: str, gate: str) -> str:
+    return arm if gate == "aicache" else f"{arm} (seed gate)"
 
 
 class Advisors(ChironArms):
     name = "chiron-advisors"
-    title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P"
+    title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P; both gates"
     reproduces = "Chiron Fig. 15; issue 19 must-show 2"
-    full_wall_time = "about 1 min (66 cells; replays of committed transcripts, no LLM is run)"
+    full_wall_time = "about 2 min (141 cells; replays of committed transcripts, no LLM is run)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -161,12 +176,16 @@ class Advisors(ChironArms):
             sc = SCENARIOS[name]
             common = {"workload": sc.workload, "scale": sc.scale, "seed": sc.seed}
             out += [{**common, "system": b, "arm": b} for b in BASELINES]
-            out += [{**common, "system": "chiron", "advisor": a, "arm": a} for a in ("counting", "oracle")]
-            for p in NOISY[:1] if quick else NOISY:
-                for s in (0,) if quick else (0, 1, 2, 3, 4):
-                    out.append({**common, "system": "chiron", "advisor": f"noisy:{p}", "arm": f"noisy:{p}",
-                                "seed": s})
-            out += _llm_arms(sc)
+            out.append({**common, "system": "chiron", "advisor": "counting", "arm": "counting", "gate": "aicache"})
+            for gate in GATES:
+                g = {"gate": gate, "chiron": {"gate_mode": gate}}
+                out.append({**common, **g, "system": "chiron", "advisor": "oracle", "arm": _gate_arm("oracle", gate)})
+                for p in NOISY[:1] if quick else NOISY:
+                    for s in (0,) if quick else (0, 1, 2, 3, 4):
+                        out.append({**common, **g, "system": "chiron", "advisor": f"noisy:{p}",
+                                    "arm": _gate_arm(f"noisy:{p}", gate), "seed": s})
+            out += [{**c, "gate": "seed", "arm": _gate_arm(c["arm"], "seed")} for c in _llm_arms(sc)]
+            out += [{**c, "gate": "aicache"} for c in _llm_arms(SCENARIOS[EVIDENCE_SCENARIO[name]])]
         return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
@@ -187,11 +206,15 @@ class Advisors(ChironArms):
             for arm, group in arms.items():
                 jct = _mean([r["jct_seconds"] for r in group])
                 row = {"workload": w, "scale": group[0]["scale"], "arm": "statistical" if arm == "counting" else arm,
+                       "gate": group[0].get("gate", "-"),
                        "runs": len(group), "JCT (s)": jct, "CHR": _mean([r["chr"] for r in group]),
                        "JCT vs best baseline %": _pct(jct, best["jct_seconds"]) if best else None,
+                       "JCT vs statistical %": _pct(jct, stat["jct_seconds"]) if stat else None,
                        "tokens": _mean([r.get("advisor_tokens") or 0 for r in group]),
                        "calls": _mean([r.get("advisor_calls") or 0 for r in group]),
                        "gate rejected": _mean([r.get("rejected_advice") or 0 for r in group]),
+                       "of those contradicted": _mean([r.get("contradicted_advice") or 0 for r in group]),
+                       "evidence adopted": _mean([r.get("evidence_adopted") or 0 for r in group]),
                        "diagnosis F1": _mean([r.get("diagnosis_f1") for r in group]),
                        "diagnosis acc": _mean([r.get("diagnosis_accuracy") for r in group])}
                 table.append(row)
@@ -206,21 +229,37 @@ class Advisors(ChironArms):
                                   "value": f"{_pct(r['jct_seconds'], best['jct_seconds']):+.1f}% vs {best['system']}, "
                                            f"{_pct(r['jct_seconds'], stat['jct_seconds']):+.1f}% vs statistical; "
                                            f"F1 {_fmt(r.get('diagnosis_f1'), 2)}, gate rejected "
-                                           f"{r.get('rejected_advice')}/{r.get('advisor_calls')}"})
+                                           f"{r.get('rejected_advice')}/{r.get('advisor_calls')} "
+                                           f"({r.get('contradicted_advice') or 0} contradicted by evidence)"})
+            for p in NOISY:
+                arm = f"noisy:{p}"
+                if arm in arms and stat and best:
+                    jct = _mean([r["jct_seconds"] for r in arms[arm]])
+                    goals.append({"goal": f"{w} ({arm}, mean of {len(arms[arm])} seeds): JCT <= best baseline's and "
+                                          "within 10% of statistical",
+                                  "met": jct <= best["jct_seconds"] and jct <= 1.10 * stat["jct_seconds"],
+                                  "value": f"{_pct(jct, best['jct_seconds']):+.1f}% vs {best['system']}, "
+                                           f"{_pct(jct, stat['jct_seconds']):+.1f}% vs statistical"})
         figs = []
         if chart:
             figs.append(Figure(bar_chart(chart, "workload", "jct_norm", "arm", Path(outdir) / "advisors_jct.png",
                                          title="JCT / best baseline by advisor", ylabel="JCT / best baseline"),
                                "Chiron's JCT with each advisor, normalised to the best baseline (Fig. 15)."))
-        miss = _missing(ADVISOR_SCENARIOS)
+        miss = _missing([*ADVISOR_SCENARIOS, *EVIDENCE_SCENARIO.values()])
         return ReportSection(
             title=self.title, figures=figs, goals=goals,
             tables=[Table("Chiron by advisor (noisy:P averaged over seeds 0–4)", table,
                           note="Scales are those of the recorded LLM scenarios; 'statistical' counts the "
-                               "prompt tokens an LLM would have been sent. " + miss)],
-            description=("W1–W3 at small scale (1,000-ID windows, every other knob default). The LLM arm "
-                         "replays Gemma 3 270M's recorded answers with the simulator's 1 s virtual delay; "
-                         "real latency is the subject of chiron-async. Differences from the seed: its "
+                               "prompt tokens an LLM would have been sent (it decides alike under both gates). "
+                               "'gate rejected' counts advice below tau or contradicted by the evidence check; "
+                               "'evidence adopted', decisions where the harness adopted the evidence's own "
+                               "diagnosis instead of the advice. " + miss)],
+            description=("W1–W3 at small scale (1,000-ID windows, every other knob default). The LLM arms "
+                         "replay Gemma 3 270M's recorded answers with the simulator's 1 s virtual delay, under "
+                         "the default gate (confidence + evidence check) and under the seed's confidence gate "
+                         "alone (each recorded under its own gate, since the gate changes the later prompts); "
+                         "noisy:1.0 is an advisor that is always wrong. Real latency is the subject of "
+                         "chiron-async. Differences from the seed: the evidence check is ours; its "
                          "advisors are 1.5B–125B models on the full W1 (JCT 4.61k–6.21k s); ours is a 270M "
                          "model on 1/20–1/10 of each workflow, with the statistical advisor and the oracle "
                          "as the upper references."),
@@ -305,6 +344,11 @@ class Asynchrony(ChironArms):
 
 
 # -- Fig. 9 ---------------------------------------------------------------------------------------
+#: the seed's figure compares its confidence gate on and off; ``aicache`` adds our evidence check
+CONFIDENCE_GATES: dict[str, dict[str, Any]] = {"seed": {"gate_mode": "seed"}, "aicache": {"gate_mode": "aicache"},
+                                               "off": {"gate": False}}
+
+
 class Confidence(ChironArms):
     name = "chiron-confidence"
     title = "Advice confidence over time and what the tau = 0.70 gate filters"
@@ -314,13 +358,14 @@ class Confidence(ChironArms):
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         out: list[dict[str, Any]] = []
         scale = 0.02 if quick else 0.25
-        for gate in (True, False):
+        for gate, knobs in CONFIDENCE_GATES.items():
             for s in (0,) if quick else (0, 1, 2, 3, 4):
                 out.append({"workload": "W1", "scale": scale, "seed": s, "system": "chiron",
-                            "advisor": "noisy:0.3", "arm": "noisy:0.3", "gate": gate, "chiron": {"gate": gate}})
-            out.append({"workload": "W1", "scale": scale, "seed": 0, "system": "chiron", "advisor": "statistical",
-                        "arm": "statistical", "gate": gate, "chiron": {"gate": gate}})
-        for name, gate in (("W1-s0.05", True), ("W1-s0.05-nogate", False)):
+                            "advisor": "noisy:0.3", "arm": "noisy:0.3", "gate": gate, "chiron": dict(knobs)})
+            if gate != "aicache":  # the statistical advisor decides alike under both gates
+                out.append({"workload": "W1", "scale": scale, "seed": 0, "system": "chiron", "advisor": "statistical",
+                            "arm": "statistical", "gate": gate, "chiron": dict(knobs)})
+        for name, gate in (("W1-s0.05", "seed"), ("W1-s0.05-evidence", "aicache"), ("W1-s0.05-nogate", "off")):
             out += [{**c, "gate": gate} for c in _llm_arms(SCENARIOS[name])]
         return out
 
@@ -333,37 +378,39 @@ class Confidence(ChironArms):
             rs = [r for r in ok if (r["arm"], r["scale"], r["gate"]) == (arm, scale, gate)]
             answers = [a for r in rs for a in r["answers"] if a[1] is not None]
             filt = [a for a in answers if a[2] < 0.70]
-            table.append({"advisor": arm, "scale": scale, "gate": "on" if gate else "off", "runs": len(rs),
+            table.append({"advisor": arm, "scale": scale, "gate": gate, "runs": len(rs),
                           "answers": len(answers),
                           "wrong answers": sum(a[1] != a[4] for a in answers if a[4]),
                           "c < tau": len(filt), "of those wrong": sum(a[1] != a[4] for a in filt if a[4]),
                           "wrong with c >= tau": sum(a[1] != a[4] for a in answers if a[4] and a[2] >= 0.70),
                           "CHR[training]": _mean([r.get("chr[training]") for r in rs]),
                           "CHR": _mean([r["chr"] for r in rs]), "JCT (s)": _mean([r["jct_seconds"] for r in rs])})
-            if gate and rs[0]["seed"] == 0:
+            if gate == "seed" and rs[0]["seed"] == 0:
                 for a in rs[0]["answers"]:
                     if a[1] is not None and rs[0]["seed"] == 0:
                         points.append({"t": a[0], "c": a[2], "series": f"{arm}: {a[1]}"})
         goals = []
         for arm in sorted({r["advisor"] for r in table}):
-            on = [r for r in table if r["advisor"] == arm and r["gate"] == "on"]
             off = [r for r in table if r["advisor"] == arm and r["gate"] == "off"]
-            if not on or not on[0]["c < tau"]:
-                continue  # an advisor that is never below tau gives the gate nothing to filter
-            if off and on[0]["CHR[training]"] is not None and off[0]["CHR[training]"] is not None:
-                goals.append({"goal": f"{arm}: the gate raises the training phase's CHR",
-                              "met": on[0]["CHR[training]"] > off[0]["CHR[training]"],
-                              "value": f"{off[0]['CHR[training]']:.4f} -> {on[0]['CHR[training]']:.4f}"})
+            for gate in ("seed", "aicache"):
+                on = [r for r in table if r["advisor"] == arm and r["gate"] == gate]
+                if not on or not on[0]["c < tau"]:
+                    continue  # an advisor that is never below tau gives the gate nothing to filter
+                if off and on[0]["CHR[training]"] is not None and off[0]["CHR[training]"] is not None:
+                    goals.append({"goal": f"{arm}: the {gate} gate raises the training phase's CHR",
+                                  "met": on[0]["CHR[training]"] > off[0]["CHR[training]"],
+                                  "value": f"{off[0]['CHR[training]']:.4f} -> {on[0]['CHR[training]']:.4f}"})
         figs = []
         if points:
             figs.append(Figure(line_chart(points, "t", "c", "series", Path(outdir) / "confidence.png",
-                                          title="Diagnosis confidence over time (W1, gate on, seed 0)",
+                                          title="Diagnosis confidence over time (W1, the seed's gate, seed 0)",
                                           xlabel="time (s)", ylabel="confidence"),
                                "Confidence of every answer by advisor and pattern; the gate adopts c >= 0.70 (Fig. 9 left)."))
         return ReportSection(
             title=self.title, figures=figs, goals=goals,
             tables=[Table("Answers, what the gate filtered, and CHR with the gate on/off", table,
-                          note=_missing(["W1-s0.05", "W1-s0.05-nogate"]))],
+                          note="gate: seed = the confidence gate alone, aicache = plus the evidence check, "
+                               "off = every answer adopted. " + _missing(["W1-s0.05", "W1-s0.05-evidence", "W1-s0.05-nogate"]))],
             description=("W1 (preparation -> shuffled training -> hard-case mining). 'wrong' = the answer differs "
                          "from the phase's true pattern. noisy:0.3 lies with a low confidence, as the seed observes of "
                          "hallucinations; the LLM arm is Gemma 3 270M's recorded answers. Difference from the seed: "

@@ -32,7 +32,7 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,14 +109,21 @@ class Scenario:
         return p
 
 
+#: the seed's confidence gate alone (``--gate seed``), under which the first transcripts were
+#: recorded; the ``-evidence`` scenarios run the default gate (confidence + evidence check)
+SEED_GATE = {"gate_mode": "seed"}
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("W1-s0.05", "W1", 0.05, note="W1 default controller (1,000-ID windows)"),
-    Scenario("W2-s0.1", "W2", 0.1, note="W2 default controller"),
-    Scenario("W3-s0.05", "W3", 0.05, note="W3 default controller"),
-    Scenario("W3-s0.05-nostats", "W3", 0.05, statistics=False,
-             note="W3, structured statistics left out of the prompt (Fig. 14a)"),
-    Scenario("W1-s0.25-measured", "W1", 0.25, delay="measured",
-             note="W1, each answer released after the model's own measured latency"),
+    Scenario("W1-s0.05", "W1", 0.05, chiron=SEED_GATE, note="W1, the seed's gate (1,000-ID windows)"),
+    Scenario("W2-s0.1", "W2", 0.1, chiron=SEED_GATE, note="W2, the seed's gate"),
+    Scenario("W3-s0.05", "W3", 0.05, chiron=SEED_GATE, note="W3, the seed's gate"),
+    Scenario("W1-s0.05-evidence", "W1", 0.05, note="W1 default controller (gate: confidence + evidence check)"),
+    Scenario("W2-s0.1-evidence", "W2", 0.1, note="W2 default controller"),
+    Scenario("W3-s0.05-evidence", "W3", 0.05, note="W3 default controller"),
+    Scenario("W3-s0.05-nostats", "W3", 0.05, statistics=False, chiron=SEED_GATE,
+             note="W3, the seed's gate, structured statistics left out of the prompt (Fig. 14a)"),
+    Scenario("W1-s0.25-measured", "W1", 0.25, delay="measured", chiron=SEED_GATE,
+             note="W1, the seed's gate, each answer released after the model's own measured latency"),
     Scenario("W1-s0.05-nogate", "W1", 0.05, chiron={"gate": False},
              note="W1 with the confidence gate off (Fig. 9)"),
 )}
@@ -157,8 +164,66 @@ def replay_spec(sc: Scenario) -> str:
     return f"replay:{sc.transcript}"
 
 
-def record(names: list[str], threads: int = 2, timeout_s: float = 900.0) -> list[dict[str, Any]]:
-    """Record each scenario against the local model (one server for all)."""
+class _Reusing(Advisor):
+    """A live text advisor that answers a prompt already answered in ``known`` (recorded
+    exchanges of the same model, by prompt key) from that record instead of asking again.
+    At temperature 0 with a fixed server seed the model's answer to a prompt is fixed, so
+    this only saves the prefill; the recorded usage and latency are kept, as on replay."""
+
+    name = "openai"  # its exchanges are the model's own (the transcript meta names the advisor)
+
+    def __init__(self, inner: Any, known: Mapping[str, Mapping[str, Any]]) -> None:
+        super().__init__()
+        self.inner, self.known = inner, known
+        self.counters = inner.counters
+        self.expected_latency_s = inner.expected_latency_s
+        self.include_stats = inner.include_stats
+        self.prompt = inner.prompt
+        self.reused = 0
+
+    def prompts(self, request: DiagnosisRequest) -> tuple[str, str]:
+        return self.inner.prompts(request)  # type: ignore[no-any-return]
+
+    def complete(self, request: DiagnosisRequest) -> Any:
+        from aicache.adaptive.advisor.openai_advisor import RawReply
+        from aicache.adaptive.prompt import prompt_key
+
+        system, runtime = self.prompts(request)
+        e = self.known.get(prompt_key(system, runtime))
+        if e is None:
+            return self.inner.complete(request)
+        self.reused += 1
+        usage = {k: int(v) for k, v in (e.get("usage") or {}).items()}
+        return RawReply(system, runtime, e.get("response"), usage, float(e.get("latency_s", 0.0)), e.get("error"))
+
+    def account(self, reply: Any) -> Advice | None:
+        return self.inner.account(reply)  # type: ignore[no-any-return]
+
+    def advise(self, request: DiagnosisRequest) -> Advice | None:
+        return self.account(self.complete(request))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def known_exchanges(model_tag: str = MODEL_TAG, extra: Sequence[Path] = ()) -> dict[str, dict[str, Any]]:
+    """prompt key -> the first recorded exchange of it, over every committed transcript of
+    ``model_tag`` (and the transcripts ``extra``, e.g. an interrupted recording's); the key
+    covers the prompt text, statistics included or not."""
+    known: dict[str, dict[str, Any]] = {}
+    for path in [*sorted(TRANSCRIPT_DIR.glob(f"{model_tag}-*.jsonl")), *extra]:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                obj = json.loads(line)
+                if "key" in obj and obj.get("error") is None:
+                    known.setdefault(obj["key"], obj)
+    return known
+
+
+def record(names: list[str], threads: int = 2, timeout_s: float = 900.0,
+           reuse: bool = True, reuse_from: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """Record each scenario against the local model (one server for all). ``reuse``: a
+    prompt some committed transcript of the model already answered is answered from it."""
     from aicache.adaptive.advisor.local_llm import LocalLLMServer
     from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor
     from aicache.adaptive.advisor.replay import RecordingAdvisor
@@ -166,13 +231,15 @@ def record(names: list[str], threads: int = 2, timeout_s: float = 900.0) -> list
     scs = [scenario(n) for n in names]
     TRANSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
     out = []
+    known = known_exchanges(extra=reuse_from) if reuse else {}
     scratch = Path(tempfile.mkdtemp(prefix="aicache-record-"))
     with LocalLLMServer(threads=threads, log=scratch / "server.log") as server:
         env = server.env()
         for sc in scs:
-            inner = OpenAIAdvisor(model=env["AICACHE_OPENAI_MODEL"], base_url=env["AICACHE_OPENAI_BASE_URL"],
-                                  api_key="local", timeout=timeout_s, max_tokens=24, structured="grammar",
-                                  system_role=False, include_stats=sc.statistics)
+            live = OpenAIAdvisor(model=env["AICACHE_OPENAI_MODEL"], base_url=env["AICACHE_OPENAI_BASE_URL"],
+                                 api_key="local", timeout=timeout_s, max_tokens=24, structured="grammar",
+                                 system_role=False, include_stats=sc.statistics)
+            inner = _Reusing(live, known)
             tmp = scratch / sc.transcript.name  # moved into place only once complete
             rec = RecordingAdvisor(inner, tmp)
             d = run_scenario(sc, rec)
@@ -180,7 +247,7 @@ def record(names: list[str], threads: int = 2, timeout_s: float = 900.0) -> list
             shutil.move(str(tmp), sc.transcript)
             summary = {"scenario": sc.name, "jct_seconds": d["jct_seconds"], "chr": d["chr"],
                        "advisor_calls": d["advisor_calls"], "rejected_advice": d["rejected_advice"],
-                       "no_advice": d["no_advice"]}
+                       "no_advice": d["no_advice"], "reused_answers": inner.reused}
             print(json.dumps(summary), flush=True)
             out.append(summary)
     return out
@@ -193,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("record", help="record scenarios against the local Gemma 3 270M server")
     r.add_argument("names", nargs="+", choices=list(SCENARIOS))
     r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--no-reuse", action="store_true",
+                   help="ask the model every prompt, even those a committed transcript already answers")
+    r.add_argument("--reuse-from", nargs="*", type=Path, default=[], metavar="JSONL",
+                   help="further transcripts of the same model to answer known prompts from")
     sub.add_parser("list", help="the scenarios and whether a transcript is committed")
     args = ap.parse_args(argv)
     if args.cmd == "list":
@@ -200,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sc.name:20s} {'recorded' if sc.transcript.exists() else 'missing ':8s} {sc.note}")
         return 0
     try:
-        record(args.names, args.threads)
+        record(args.names, args.threads, reuse=not args.no_reuse, reuse_from=args.reuse_from)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,8 @@ reports:
   ``{true: {predicted: count}}``);
 * **diagnosis F1** — macro F1 over the same diagnoses plus the unanswered ones (no advice
   counts as a miss, never as a false positive): :class:`~aicache.adaptive.metrics.DiagnosisConfusion`;
-* **recovery time** — from a label change to the first *accepted* answer naming the label
-  current when it is judged (``recovery_s``, one entry per recovered boundary);
+* **recovery time** — from a label change to the first judged answer whose *adopted*
+  pattern is the label current when it is judged (``recovery_s``, one entry per recovered boundary);
 * **the answer log** — one row per judged answer (:attr:`log`: time, unit, trigger, pattern,
   confidence, accepted, and the submission-time label).
 
@@ -97,7 +97,7 @@ class ChironGrader(ChironObserver):
                 row = self.matrix.setdefault(label, {})
                 row[advice.pattern] = row.get(advice.pattern, 0) + 1
         self.log.append({**judgement.as_dict(), "label": label})
-        if judgement.accepted and self._boundary is not None and judgement.pattern == self.label:
+        if self._boundary is not None and judgement.committed == self.label:
             self.recovery_s.append(judgement.t - self._boundary)
             self._boundary = None
 
