@@ -37,9 +37,10 @@ def test_transcript_answers_every_prompt_of_its_scenario(name: str) -> None:
     assert "missing key" not in replay.counters.errors and replay.reused == 0
     assert replay.counters.calls == len(entries) == first["advisor_calls"]
     # the server's own usage, summed over the answers that parsed and arrived before the end
-    # (with measured latency the last answer may land after the workflow finished: never judged)
+    # (an answer may land after the workflow finished: never judged; with a fixed delay only
+    # the last one can, if it was asked within the delay of the end)
     judged = entries[: len(first["log"])]
-    assert sc.delay == "measured" or len(judged) == len(entries)
+    assert sc.delay == "measured" or len(entries) - len(judged) <= 1
     assert first["advisor_input_tokens"] == sum(
         e["usage"].get("prompt_tokens", 0) for e in judged if e["error"] is None)
     tau = 0.0 if sc.params().get("gate") is False else 0.70
