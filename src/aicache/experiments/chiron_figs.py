@@ -83,7 +83,8 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     conf = d.get("diagnosis_confusion") or {}
     out: dict[str, Any] = {k: d.get(k) for k in (
         "requests", "chr", "jct_seconds", "advisor_calls", "advisor_tokens", "advisor_input_tokens",
-        "advisor_output_tokens", "no_advice", "rejected_advice", "switches", "diagnosis_accuracy",
+        "advisor_output_tokens", "no_advice", "rejected_advice", "contradicted_advice", "evidence_adopted",
+        "switches", "diagnosis_accuracy",
         "prefetch_accuracy", "prefetched_blocks", "late_prefetch_reads", "remote_bytes")}
     out["diagnosis_f1"] = macro_f1(conf)
     out["recovery_s_mean"] = _mean(d.get("recovery_s") or [])
