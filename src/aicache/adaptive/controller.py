@@ -29,7 +29,11 @@ executor (eager eviction: consumed data goes first, whatever unit it is in); (2)
 victim of the unit whose last access is the oldest among units whose executor evicts
 (LRU across units, then the unit's own policy inside it); (3) if only units that reject
 when full remain, the oldest unit's fallback order. Admission asks the executor of the
-block's own unit.
+block's own unit; one that refuses when full still admits while (1) has a block to give
+(consumed data is room, in the ``ours`` executor set). Each read tells the executor the
+free bytes (the controller's ``used``) and the read's file, for the fill rule of
+:meth:`aicache.adaptive.executors.Executor.on_access` (file extents from the driver's
+metadata, :meth:`ChironSystem.use_metadata`).
 
 The controller only decides. It holds no ground truth and grades nothing: diagnosis
 accuracy, confusion, recovery time and per-answer logs come from observers
@@ -45,7 +49,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -309,6 +313,9 @@ class ChironSystem(DataCacheSystem):
         self.units: dict[str, _Unit] = {}
         self.block_unit: dict[int, _Unit] = {}
         self.sizes: dict[int, int] = {}
+        self.used = 0  # bytes of the blocks in ``sizes``
+        #: file -> (first, last) block id, from the driver's metadata (None = not given)
+        self._extent_of: Callable[[str], tuple[int, int] | None] | None = None
         #: prefetched blocks not read yet: only so that a switch hands them to the new
         #: executor as unread (used/wasted feedback comes from the driver's ledger)
         self.unread: set[int] = set()
@@ -358,7 +365,7 @@ class ChironSystem(DataCacheSystem):
     def _executor(self, pattern: str) -> Executor:
         p = self.params
         return make_executor(pattern, self.capacity, self.rng, prefetch=p.prefetch, eviction=p.eviction,
-                             executors=p.executors)
+                             executors=p.executors, extent_of=self._extent_of)
 
     # -- DataCacheSystem ------------------------------------------------------------------------
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
@@ -393,7 +400,14 @@ class ChironSystem(DataCacheSystem):
             self._wake_at(u, now)
         if hit:
             self.unread.discard(block)
-        return u.executor.on_access(u.name, block, size, hit, now)
+        return u.executor.on_access(u.name, block, size, hit, now, unit, self.capacity - self.used)
+
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
+        """File extents for the executors' fill rule (none under a fixed ``prefetch``)."""
+        self._extent_of = extent_of
+        fill = self.params.prefetch is None
+        for u in self.units.values():  # normally none yet: metadata comes before any access
+            u.executor.extent_of = extent_of if fill and u.executor.fills_free_space else None
 
     def on_prefetch_used(self, block: int, now: float) -> None:
         # the driver's ledger decides used/wasted; the executor that holds the block learns it
@@ -408,7 +422,15 @@ class ChironSystem(DataCacheSystem):
             u.executor.prefetcher.on_prefetch_wasted(block, now)
 
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
-        return self._unit(unit, now).executor.admit(size, used)
+        """The block's own executor decides; a unit that refuses when full
+        (``rejects_when_full``) still takes it in the place of another unit's *consumed*
+        blocks when its executor counts them as room (``consumed_is_room``): ``victim``
+        evicts those first anyway, so they are the space a finished pass leaves."""
+        ex = self._unit(unit, now).executor
+        if ex.rejects and ex.consumed_is_room and used + size > self.capacity and any(
+                o.executor.eager_candidate() for o in self.units.values()):
+            return True
+        return ex.admit(size, used)
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         u = self._unit(unit, now)
@@ -416,6 +438,7 @@ class ChironSystem(DataCacheSystem):
             return False
         self.block_unit[block] = u
         self.sizes[block] = size
+        self.used += size
         if prefetched:
             self.unread.add(block)
         return True
@@ -426,7 +449,7 @@ class ChironSystem(DataCacheSystem):
     def _forget(self, block: int, now: float) -> None:
         self._victim_unit = self.block_unit.pop(block)
         self._victim = block
-        del self.sizes[block]
+        self.used -= self.sizes.pop(block)
         self.unread.discard(block)
 
     def victim(self, now: float) -> int:
@@ -460,7 +483,7 @@ class ChironSystem(DataCacheSystem):
             return
         u.executor.eviction.on_remove(block)
         self.block_unit.pop(block)
-        del self.sizes[block]
+        self.used -= self.sizes.pop(block)
         self.unread.discard(block)
 
     # -- control loop ---------------------------------------------------------------------------

@@ -4,24 +4,34 @@
 | ---------- | ------------------------------ | ----------------- | -------------------------------- |
 | sequential | stride, adaptive depth         | always            | eager (read blocks go first)     |
 | random     | none across samples (rest of a | reject when full  | none while rejecting             |
-|            | multi-block sample only)       |                   |                                  |
-| skewed     | neighborhood                   | always            | segmented LRU (reuse protects)   |
+|            | multi-block sample only)       | (but see below)   |                                  |
+| skewed     | neighborhood (+ readahead)     | always            | segmented LRU (reuse protects)   |
 | default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
 
 Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
 
-* ``ours`` (the default) departs from the seed's executor table (docs/design/chiron.md) in
-  three places, each from what the pattern means: a sequential pass does not come back to
+* ``ours`` (the default) departs from the seed's executor table (docs/design/chiron.md),
+  each time from what the pattern means: a sequential pass does not come back to
   what it just read, so among read blocks eager eviction takes the *most recently* read
   first (MRU: a loop larger than the cache keeps its older part, which the next pass reads
   first; see :class:`EagerEviction`); a skewed stream's hot blocks are the re-read ones,
   so the skewed executor's LRU is *segmented* (one-off blocks and unread prefetched
-  neighbours are evicted before re-read ones, see :class:`SegmentedLRU`); a shuffled epoch
+  neighbours are evicted before re-read ones, see :class:`SegmentedLRU`), and its
+  neighbourhood prefetch adds readahead while the unit reads in order (idle on
+  independent draws; a scan that starts before a review names it is read ahead, not
+  two blocks per miss); a shuffled epoch
   is random *between* samples but reads each sample whole, so once a multi-block sample's
   first block is read the random executor fetches the rest (``sample-rest``; a no-op for
-  single-block samples).
+  single-block samples). Two rules hold for every executor of the set: while the cache
+  has free space a miss also fetches the rest of its file (*fill*, file extents from
+  metadata: a block fetched into free space evicts nothing), and the random executor's
+  refusal yields to *consumed* data — when another unit holds read blocks under eager
+  eviction, which the controller evicts first, a new block is admitted in their place
+  (the stable subset the refusal protects is the unit's own, not another unit's finished
+  pass).
 * ``seed`` is that table as written: eager eviction that removes a block once read
-  (:class:`SeedEagerEviction`), plain LRU for skewed, no prefetch for random.
+  (:class:`SeedEagerEviction`), plain LRU and neighbourhood prefetch for skewed, no
+  prefetch for random, strict refusal when full, no fill.
 
 An executor owns the eviction order of *its cache unit's* resident blocks only; the
 controller (:mod:`aicache.adaptive.controller`) arbitrates between units that share one
@@ -33,7 +43,7 @@ executor's eviction order (oldest candidate first), so LRU-ish order survives a 
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 from aicache.policies import EVICTION, PREFETCH
@@ -56,13 +66,24 @@ class Executor:
     eviction_name: ClassVar[str] = "lru"
     #: True when new blocks are refused once the cache is full (then nothing is evicted)
     rejects_when_full: ClassVar[bool] = False
+    #: True: while the cache has free space, a miss also fetches the rest of its file
+    #: (see :meth:`on_access`)
+    fills_free_space: ClassVar[bool] = True
+    #: with ``rejects_when_full``: another unit's consumed sequential blocks (eager
+    #: candidates, which the controller evicts first) count as room, so a new block is
+    #: admitted in their place (the controller asks, see ``ChironSystem.admit``)
+    consumed_is_room: ClassVar[bool] = True
 
-    __slots__ = ("capacity", "prefetcher", "eviction", "rejects")
+    __slots__ = ("capacity", "prefetcher", "eviction", "rejects", "extent_of")
 
     def __init__(self, capacity: int, rng: random.Random,
                  prefetch_params: dict[str, Any] | None = None, *,
-                 prefetch: str | None = None, eviction: str | None = None) -> None:
+                 prefetch: str | None = None, eviction: str | None = None,
+                 extent_of: Callable[[str], tuple[int, int] | None] | None = None) -> None:
         self.capacity = capacity
+        #: file -> (first, last) block id from metadata; None = no fill (see :meth:`on_access`);
+        #: a fixed prefetcher (the micro-benchmarks' ``prefetch=``) fills nothing either
+        self.extent_of = extent_of if self.fills_free_space and prefetch is None else None
         pname = prefetch or self.prefetch_name
         self.prefetcher: PrefetchPolicy = PREFETCH.get(pname)(
             **(prefetch_params if pname == self.prefetch_name and prefetch_params else {}))
@@ -79,13 +100,28 @@ class Executor:
     def admit(self, size: int, used: int) -> bool:
         return not self.rejects or used + size <= self.capacity
 
-    def on_access(self, stream: Hashable, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
+    def on_access(self, stream: Hashable, block: int, size: int, hit: bool, now: float,
+                  file: str = "", free: int = 0) -> Sequence[int]:
+        """The blocks to prefetch after a read of ``block`` (of ``file``) in ``stream``;
+        ``free``: bytes of the cache not in use.
+
+        Fill: while the cache has free space, a block fetched now evicts nothing, so a miss
+        also asks for the rest of its file (up to the free space; the extent comes from
+        metadata, as a stat gives it). What fits costs no hit and may save a miss; the
+        executor's own prefetch decides again once the cache is full."""
         ev = self.eviction
         if hit:
             ev.on_hit(block, size, now)
         elif ev.sees_misses:  # ghost-list policies (ARC, LeCaR) learn from misses
             ev.on_miss(block, size, now)
-        return self.prefetcher.on_access(stream, block, hit, now)
+        out = self.prefetcher.on_access(stream, block, hit, now)
+        if hit or free <= 0 or self.extent_of is None:
+            return out
+        ext = self.extent_of(file)
+        if ext is None or ext[1] <= block:
+            return out
+        n = min(ext[1] - block, free // max(size, 1))
+        return [*out, *range(block + 1, block + 1 + n)] if n > 0 else out
 
     def on_insert(self, block: int, size: int, now: float, prefetched: bool) -> bool:
         """False: the eviction policy declined the block (S3-FIFO)."""
@@ -140,8 +176,11 @@ class RandomExecutor(Executor):
 
 
 class SkewedExecutor(Executor):
+    """Neighbourhood prefetch on a miss plus readahead while reads are in order; segmented
+    LRU (re-read blocks are protected)."""
+
     pattern = "skewed"
-    prefetch_name = "neighborhood"
+    prefetch_name = "neighborhood+readahead"
     eviction_name = "lru"
 
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
@@ -159,45 +198,61 @@ class DefaultExecutor(Executor):
 class SeedSequentialExecutor(SequentialExecutor):
     """Stride prefetch + the seed's eager eviction (a block goes once read)."""
 
+    fills_free_space = False
+
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
         return SeedEagerEviction(capacity, rng=rng)
 
 
 class SeedRandomExecutor(RandomExecutor):
-    """No prefetch at all; reject new blocks when full."""
+    """No prefetch at all; reject new blocks when full, whatever other units hold."""
 
     prefetch_name = "none"
+    fills_free_space = False
+    consumed_is_room = False
 
 
 class SeedSkewedExecutor(SkewedExecutor):
-    """Neighborhood prefetch + plain LRU."""
+    """Neighborhood prefetch (no readahead) + plain LRU."""
+
+    prefetch_name = "neighborhood"
+    fills_free_space = False
 
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
         return EVICTION.get("lru")(capacity, rng=rng)
 
 
+class SeedDefaultExecutor(DefaultExecutor):
+    """JuiceFS's policy as the seed's default: readahead + 2-random, no fill."""
+
+    fills_free_space = False
+
+
 EXECUTORS: Registry[type[Executor]] = Registry("executor")
 EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
 EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full + no eviction")
-EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch + always + segmented LRU")
+EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch (+ readahead in order) + always + segmented LRU")
 EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
 
 #: executor set -> pattern -> executor class (see the module docstring)
 EXECUTOR_SETS: Registry[Mapping[str, type[Executor]]] = Registry("executor set")
 EXECUTOR_SETS.register("ours", {n: EXECUTORS.get(n) for n in EXECUTORS.names()},
-                       "MRU-style eager, sample-rest for random, segmented LRU for skewed (default)")
+                       "MRU-style eager, sample-rest for random, segmented LRU + readahead for skewed, "
+                       "fill of free space, consumed data as room (default)")
 EXECUTOR_SETS.register("seed", {"sequential": SeedSequentialExecutor, "random": SeedRandomExecutor,
-                                "skewed": SeedSkewedExecutor, "default": DefaultExecutor},
-                       "the seed's executor table: eager removes a block once read, no prefetch for random, LRU for skewed")
+                                "skewed": SeedSkewedExecutor, "default": SeedDefaultExecutor},
+                       "the seed's executor table: eager removes a block once read, no prefetch for random, "
+                       "LRU for skewed")
 
 
 def make_executor(pattern: str, capacity: int, rng: random.Random,
                   prefetch_params: dict[str, Any] | None = None, *,
                   prefetch: str | None = None, eviction: str | None = None,
-                  executors: str = "ours") -> Executor:
+                  executors: str = "ours",
+                  extent_of: Callable[[str], tuple[int, int] | None] | None = None) -> Executor:
     """A fresh executor for ``pattern`` (``sequential``, ``random``, ``skewed``, ``default``)
     from executor set ``executors`` (``ours``, ``seed``), optionally with its prefetcher or
     eviction policy overridden by registry name."""
     EXECUTORS.get(pattern)  # an unknown pattern: the registry's error names the valid ones
     cls = EXECUTOR_SETS.get(executors)[pattern]
-    return cls(capacity, rng, prefetch_params, prefetch=prefetch, eviction=eviction)
+    return cls(capacity, rng, prefetch_params, prefetch=prefetch, eviction=eviction, extent_of=extent_of)

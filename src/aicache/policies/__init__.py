@@ -42,6 +42,8 @@ PREFETCH.register("next-fixed", "aicache.policies.prefetch.stride:NextBlocksPref
 PREFETCH.register("readahead", "aicache.policies.prefetch.stride:ReadaheadPrefetcher", "JuiceFS sequential readahead")
 PREFETCH.register("sample-rest", "aicache.policies.prefetch.stride:SampleRestPrefetcher", "rest of a multi-block sample on its first block")
 PREFETCH.register("neighborhood", "aicache.policies.prefetch.neighborhood:NeighborhoodPrefetcher", "on a miss, nearby blocks")
+PREFETCH.register("neighborhood+readahead", "aicache.policies.prefetch.neighborhood:NeighborhoodReadaheadPrefetcher",
+                  "on a miss, nearby blocks; readahead while reads are in order")
 PREFETCH.register("sfp", "aicache.policies.prefetch.sfp:SFPPrefetcher", "SFP file-successor Markov")
 PREFETCH.register("sfp-128", "aicache.policies.prefetch.sfp:SFP128Prefetcher", "SFP, window <= 128 blocks")
 

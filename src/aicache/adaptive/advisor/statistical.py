@@ -293,7 +293,7 @@ class StatisticalAdvisor(Advisor):
         ts = score_sequence(tail)
         ws = score_sequence(w) if tail.size < n else ts
         recent = "tail"
-        if ws.pattern == "skewed" and ts.pattern != "skewed" and not could_show_skew(ws, tail.size):
+        if ws.pattern == "skewed" and ts.pattern == "random" and not could_show_skew(ws, tail.size):
             half = w[n // 2 :]
             if half.size <= tail.size or not could_show_skew(ws, half.size):
                 return Advice(ws.pattern, round(ws.confidence, 3), f"{ws.why}; recent accesses too few to show the hot set")
