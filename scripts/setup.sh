@@ -55,11 +55,12 @@ fi
 
 # The compiled hot path (setup.py, aicache.native) is built by the install above; a later
 # pull or edit of a compiled source, or a module added to the compiled set, leaves it stale
-# (aicache then runs the pure sources, with a warning): rebuild it in place. Without a
-# compiler the build falls back to pure Python and this stays quiet.
+# (aicache then runs the pure sources, with a warning): rebuild it in place, through pip so
+# the build gets pyproject's build requirements (the venv's own setuptools may be too old
+# for setup.py). Without a compiler the build falls back to pure Python and this stays quiet.
 if ! .venv/bin/python -c 'import sys; from aicache.native import stale_sources; sys.exit(1 if stale_sources() else 0)' 2>/dev/null; then
   echo "setup: rebuilding the compiled hot path (its sources changed since the last build)" >&2
-  .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 \
+  .venv/bin/python -m pip install -q --no-deps -e . >/dev/null 2>&1 \
     || echo "setup: warning: could not rebuild the compiled hot path; the pure-Python sources run" >&2
 fi
 
