@@ -331,6 +331,14 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: saecache-reuse's own switch: the finished request's prompt/output lengths as class features
+REUSE_ABLATIONS: dict[str, dict[str, Any]] = {"full": {}, "no request lengths": {"output_length": False}}
+
+
+def _ablations(policy: str) -> dict[str, dict[str, Any]]:
+    return REUSE_ABLATIONS if policy == "saecache-reuse" else ABLATIONS
+
+
 class Ablation(Experiment):
     name = "saecache-ablation"
     title = "SAECache ablation: each factor of the priority switched off"
@@ -346,13 +354,13 @@ class Ablation(Experiment):
         g = self.QUICK if quick else self.FULL
         return [{"workload": w, "sessions": n, "seed": s, "capacity_pct": c, "policy": p, "variant": v}
                 for w, n in g["sessions"].items() for s in g["seeds"] for c in g["capacities"]
-                for p in SAE_VARIANTS for v in ABLATIONS]
+                for p in (*SAE_VARIANTS, "saecache-reuse") for v in _ablations(p)]
 
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
         return run_prefix(params["workload"], int(params["sessions"]), int(params["seed"]),
                           str(params.get("policy", "saecache")), float(params["capacity_pct"]),
-                          policy_params=ABLATIONS[params["variant"]])
+                          policy_params=_ablations(str(params.get("policy", "saecache")))[params["variant"]])
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
@@ -362,7 +370,7 @@ class Ablation(Experiment):
                                  hue="variant", path=Path(outdir) / f"{p}_ablation.png",
                                  title=f"{p} ablation", ylabel="token hit ratio"),
                        f"{p}: token hit ratio with one factor of P switched off (mean over seeds/capacities).")
-                for p in SAE_VARIANTS if any(r["policy"] == p for r in ok)]
+                for p in (*SAE_VARIANTS, "saecache-reuse") if any(r["policy"] == p for r in ok)]
         h = _by(ok, ("workload", "policy", "variant"), "token_hit_ratio")
         t = _by(ok, ("workload", "policy", "variant"), "ttft_mean_s")
         table = []
