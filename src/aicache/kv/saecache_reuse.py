@@ -305,13 +305,16 @@ class SAECacheReuse(PrefixPolicy):
     def victim(self, now: float) -> Key:
         nodes, prob = self._nodes, self.prob
         best: Key = None
-        best_s = (float('inf'), 0)
+        bv, bl = float("inf"), 0
         t1 = self._t + 1
-        for c in self._count:
-            last, k = self._head(c)
-            s = (prob[c] / (t1 - last), last)
-            if s < best_s:
-                best, best_s = k, s
+        for c, h in self._heaps.items():
+            last, k = h[0]
+            nd = nodes.get(k)
+            if nd is None or not nd.leaf or nd.cls != c or nd.last != last:
+                last, k = self._head(c)  # the top is stale: drop stale entries (rare)
+            v = prob[c] / (t1 - last)
+            if v < bv or (v == bv and last < bl):
+                best, bv, bl = k, v, last
         if best is None:
             raise KeyError("victim() on an empty cache")
         nd = nodes.pop(best)
