@@ -29,7 +29,7 @@ import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Final
 
 from aicache.kv.session_predictor import (ContinuationPredictor, LogNormalGaps,
                                           RequestFeatures, SessionTracker)
@@ -39,7 +39,7 @@ from aicache.policies.base import EvictionPolicy
 from aicache.registry import Registry
 
 Key = Hashable
-TOOL_REQUEST_TYPES = frozenset({"tool", "search", "agent", "agentic", "function"})
+TOOL_REQUEST_TYPES: Final = frozenset({"tool", "search", "agent", "agentic", "function"})
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)

@@ -66,14 +66,14 @@ of each queue's hit tokens per resident token
 from __future__ import annotations
 
 import copy
-import heapq
 import math
 import random
 from collections import OrderedDict, defaultdict
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
-from typing import Any, Protocol
+from heapq import heapify, heappop, heappush, heapreplace
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -107,8 +107,8 @@ class Queue(IntEnum):
     AGENTIC = 3
 
 
-TOKEN_TYPES = ("system", "user", "assistant", "reasoning", "tool", "decode", "other")
-NT = len(TOKEN_TYPES)
+TOKEN_TYPES: Final = ("system", "user", "assistant", "reasoning", "tool", "decode", "other")
+NT: Final = len(TOKEN_TYPES)
 
 
 class _TypeIndex(dict[str, int]):
@@ -119,13 +119,13 @@ class _TypeIndex(dict[str, int]):
         return NT - 1
 
 
-_TYPE_INDEX = _TypeIndex((t, i) for i, t in enumerate(TOKEN_TYPES))
-NB = 16  # offset buckets: floor(log2(offset + 1))
-REASONING = _TYPE_INDEX["reasoning"]
-DECODE = _TYPE_INDEX["decode"]
-_STRUCTURE_TYPES = frozenset({_TYPE_INDEX["system"], _TYPE_INDEX["tool"]})
-_SQRT2 = math.sqrt(2.0)
-_MULTI = (Queue.CHAT, Queue.AGENTIC)
+_TYPE_INDEX: Final = _TypeIndex((t, i) for i, t in enumerate(TOKEN_TYPES))
+NB: Final = 16  # offset buckets: floor(log2(offset + 1))
+REASONING: Final = _TYPE_INDEX["reasoning"]
+DECODE: Final = _TYPE_INDEX["decode"]
+_STRUCTURE_TYPES: Final = frozenset({_TYPE_INDEX["system"], _TYPE_INDEX["tool"]})
+_SQRT2: Final = math.sqrt(2.0)
+_MULTI: Final = (Queue.CHAT, Queue.AGENTIC)
 
 
 def type_index(name: str | None) -> int:
@@ -134,8 +134,8 @@ def type_index(name: str | None) -> int:
 
 #: offset → bucket for offsets below the last bucket's start (a bytes lookup is cheaper on
 #: the per-block path than bit_length arithmetic); larger offsets are all bucket NB − 1
-_NOB = (1 << (NB - 1)) - 1
-_OB = bytes((i + 1).bit_length() - 1 for i in range(_NOB))
+_NOB: Final = (1 << (NB - 1)) - 1
+_OB: Final = bytes((i + 1).bit_length() - 1 for i in range(_NOB))
 
 
 def offset_bucket(offset: int) -> int:
@@ -537,7 +537,7 @@ class SAECache(PrefixPolicy):
     def _push_head(self, b: _Blk, now: float, gid: int) -> None:
         """Enter group ``gid``, whose head is now ``b``, into the valid heap: ordered by P,
         then age."""
-        heapq.heappush(self._heap, (self._prio(b, now), b.seq, gid))
+        heappush(self._heap, (self._prio(b, now), b.seq, gid))
 
     def _move(self, b: _Blk, q: int, gid: int, now: float) -> None:
         """Put ``b`` (not in group ``gid``) at the tail of group ``gid``."""
@@ -669,7 +669,7 @@ class SAECache(PrefixPolicy):
             if len(g) == 1:
                 self._nonempty.add(gid)
                 if self._hnow == now and self._hver == self._version:
-                    heapq.heappush(self._heap, (self._prio(b, now), seq, gid))
+                    heappush(self._heap, (self._prio(b, now), seq, gid))
             if q == 1 and self._pos_on:
                 if ghost is not None:  # its eviction was counted as "not reused": it was
                     self._pos_reuse[ob] += 1.0
@@ -693,11 +693,11 @@ class SAECache(PrefixPolicy):
                 _, seq, gid = heap[0]
                 g = groups[gid]
                 if not g:
-                    heapq.heappop(heap)
+                    heappop(heap)
                     continue
                 b = next(iter(g.values()))
                 if b.seq != seq:  # stale head: re-enter the group with its current head
-                    heapq.heapreplace(heap, (self._prio(b, now), b.seq, gid))
+                    heapreplace(heap, (self._prio(b, now), b.seq, gid))
                     continue
                 break
             else:
@@ -715,9 +715,9 @@ class SAECache(PrefixPolicy):
                     c = self._group_const(gid)
                 if q > 1 and self._lognormal and dt > 0.0:
                     c *= 0.5 * math.erfc((math.log(dt) - self._mu[q]) / (self._sig[q] * _SQRT2))
-                heapq.heapreplace(heap, (c / (dt + self._delta), nb.seq, gid))
+                heapreplace(heap, (c / (dt + self._delta), nb.seq, gid))
             else:
-                heapq.heappop(heap)
+                heappop(heap)
                 self._nonempty.discard(gid)
         key = b.key
         del self._blocks[key]
@@ -759,7 +759,7 @@ class SAECache(PrefixPolicy):
             if q > 1 and lognormal and dt > 0.0:
                 c *= 0.5 * erfc((log(dt) - mu[q]) / (sig[q] * _SQRT2))
             heap.append((c / (dt + delta), b.seq, gid))
-        heapq.heapify(heap)
+        heapify(heap)
         self._heap = heap
         self._hnow = now
         self._hver = self._version
@@ -806,13 +806,13 @@ class SAECache(PrefixPolicy):
             b = next(it)
             iters[gid] = it
             heap.append((b.q > 0, self._prio(b, now), b.seq, gid, b))
-        heapq.heapify(heap)
+        heapify(heap)
         while heap:
-            _, _, _, gid, b = heapq.heappop(heap)
+            _, _, _, gid, b = heappop(heap)
             yield b.key
             nb = next(iters[gid], None)
             if nb is not None:
-                heapq.heappush(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid, nb))
+                heappush(heap, (nb.q > 0, self._prio(nb, now), nb.seq, gid, nb))
 
     def __contains__(self, key: object) -> bool:
         return key in self._blocks
@@ -979,14 +979,14 @@ class SAECacheSeed(SAECache):
         return (b.q > 0, self._prio(b, now), b.seq, gid)
 
     def _push_head(self, b: _Blk, now: float, gid: int) -> None:
-        heapq.heappush(self._sheap, self._entry(b, now, gid))
+        heappush(self._sheap, self._entry(b, now, gid))
 
     def _rebuild(self, now: float) -> None:
         heap = []
         for gid in self._nonempty:
             b = next(iter(self._groups[gid].values()))
             heap.append(self._entry(b, now, gid))
-        heapq.heapify(heap)
+        heapify(heap)
         self._sheap = heap
         self._hnow = now
         self._hver = self._version
@@ -999,18 +999,18 @@ class SAECacheSeed(SAECache):
             _, _, seq, gid = heap[0]
             g = self._groups[gid]
             if not g:
-                heapq.heappop(heap)
+                heappop(heap)
                 continue
             b = next(iter(g.values()))
             if b.seq != seq:  # stale head
-                heapq.heapreplace(heap, self._entry(b, now, gid))
+                heapreplace(heap, self._entry(b, now, gid))
                 continue
             self._unplace(b)
             if g:
                 nb = next(iter(g.values()))
-                heapq.heapreplace(heap, self._entry(nb, now, gid))
+                heapreplace(heap, self._entry(nb, now, gid))
             else:
-                heapq.heappop(heap)
+                heappop(heap)
             break
         else:
             raise LookupError("victim() on an empty SAECache")
