@@ -185,8 +185,8 @@ class SAECacheReuse(PrefixPolicy):
                 self._link(self._droot, root)
             self._droot = None
         v = self.view
-        if not self.p.output_length or not v.hash_ids:
-            return
+        if not self.p.output_length or not v.hash_ids or v.output_length <= 0:
+            return  # 0: the driver does not know the output length
         sg = size_group(len(v.hash_ids), v.output_length, v.block_tokens)
         if sg == self._size_g:
             return
