@@ -7,7 +7,7 @@ their page cache dropped) loaded into CUDA tensors in each transfer mode. Withou
 (CI, laptops) it runs the **CPU part** — DRAM→numpy and file→numpy, and the same three
 reloads into numpy buffers — and says so. Each reload reports its completion time, the
 bandwidth each path achieved, the time DRAM copies were paced, and the completion time
-the simulator's :class:`~aicache.kv.saria.TransferCoordinator` predicts from the
+the simulator's :class:`~aicache.kv.transfer.TransferCoordinator` predicts from the
 measured path bandwidths (model vs. reality).
 
     python benchmarks/gpu_transfer.py [--mib 256] [--block-kib 2304] [--dir D] [--json]
@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from aicache.kv.models import get_model
-from aicache.kv.saria import AdmissionRule, Bandwidths, KVIndexParams, Tier, TransferMode, schedule
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndexParams, Tier
+from aicache.kv.transfer import Bandwidths, TransferMode, schedule
 from aicache.kvstore.dram import DramPool
 from aicache.kvstore.ssd import BlockMeta, SlabStore, root_id
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams

@@ -32,7 +32,8 @@ import numpy as np
 
 from aicache.kv.models import get_model
 from aicache.kv.radix import KVObject, Tier
-from aicache.kv.saria import AdmissionRule, KVIndex, KVIndexParams
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndex, KVIndexParams
 from aicache.kvstore.ssd import BlockMeta, SlabStore, root_id
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import Tier
-from aicache.kv.saria import AdmissionRule, KVIndex, KVIndexParams, PromotionMode, PromotionParams
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.promotion import PromotionMode, PromotionParams
+from aicache.kv.saria import KVIndex, KVIndexParams
 
 M = ModelSpec("tiny", 1, 1, 1, dtype_bytes=1, block_tokens=4)  # 8-byte blocks
 NS = ("tiny", None)

@@ -20,7 +20,8 @@ import pytest
 from fsfixtures import mount_tmpfs
 
 from aicache.kv.models import ModelSpec
-from aicache.kv.saria import AdmissionRule, KVIndexParams, Tier
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndexParams, Tier
 from aicache.kvstore.ssd import HEADER_BYTES, SlabStore
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 

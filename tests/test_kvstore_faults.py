@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from aicache.errors import BadInput, UnknownName
 from aicache.kv.models import ModelSpec
-from aicache.kv.saria import AdmissionRule, KVIndexParams, Tier
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndexParams, Tier
 from aicache.kvstore.ssd import HEADER_BYTES
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 

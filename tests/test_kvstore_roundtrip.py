@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from aicache.errors import BadInput
 from aicache.kv.models import ModelSpec
-from aicache.kv.saria import AdmissionRule, KVIndexParams, PromotionMode, PromotionParams, Tier
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.promotion import PromotionMode, PromotionParams
+from aicache.kv.saria import KVIndexParams, Tier
 from aicache.kvstore.dram import DramPool
 from aicache.kvstore.ssd import HEADER_BYTES
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams

@@ -33,10 +33,9 @@ from hypothesis import strategies as st
 
 import aicache.sim.kv as simkv
 from aicache.kv.models import MODELS, ModelSpec
-from aicache.kv.saria import (
-    AdmissionRule, KVIndex, KVIndexParams, LookupMode, Moves, PromotionMode, PromotionParams,
-    RequestAttrs, Tier,
-)
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.promotion import PromotionMode, PromotionParams
+from aicache.kv.saria import KVIndex, KVIndexParams, LookupMode, Moves, RequestAttrs, Tier
 from aicache.kvstore.dram import DramPool
 from aicache.kvstore.ssd import HEADER_BYTES
 from aicache.kvstore.store import SlotKVIndex, TieredKVStore, TieredKVStoreParams

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import KVObject, RadixNode, RadixTree, Tier
-from aicache.kv.saria import AdmissionRule, KVIndex, KVIndexParams, PromotionMode, PromotionParams
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.promotion import PromotionMode, PromotionParams
+from aicache.kv.saria import KVIndex, KVIndexParams
 
 A, B = ("m", None), ("m", "lora-1")
 

@@ -9,11 +9,12 @@ import pytest
 from aicache.errors import BadInput
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import KVObject, Tier
-from aicache.kv.saria import (
-    GB, IDEAL_SHARING, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode,
-    PromotionMode, PromotionParams, TransferCoordinator, b_pace, promotion_allowed, promotion_target, r_star,
-    schedule,
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.promotion import (
+    PromotionMode, PromotionParams, promotion_allowed, promotion_target, r_star,
 )
+from aicache.kv.saria import KVIndex, KVIndexParams, LookupMode
+from aicache.kv.transfer import GB, IDEAL_SHARING, Bandwidths, TransferCoordinator, b_pace, schedule
 
 # 1 layer x 1 head x dim 1 x (K,V) x 1 byte = 2 bytes/token; 4-token blocks = 8 bytes
 TINY = ModelSpec("tiny", 1, 1, 1, dtype_bytes=1, block_tokens=4)

@@ -9,9 +9,10 @@ import pytest
 
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import Tier
-from aicache.kv.saria import (
-    GB, IDEAL_SHARING, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, SharingModel,
-    TransferCoordinator, schedule,
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndex, KVIndexParams
+from aicache.kv.transfer import (
+    GB, IDEAL_SHARING, Bandwidths, SharingModel, TransferCoordinator, schedule,
 )
 from aicache.sim.kv import KVSimParams, simulate_kv
 from aicache.traces.base import KVRequest

@@ -1,7 +1,7 @@
 """SARIA's experiments (the published Figures 3, 4, 10–13, 15, 16) on the KV replay.
 
 Every cell is one :func:`aicache.sim.kv.simulate_kv` run (or, for Fig. 16, one
-:func:`aicache.kv.saria.schedule` of a synthetic reload). Workloads come from the
+:func:`aicache.kv.transfer.schedule` of a synthetic reload). Workloads come from the
 generators of :mod:`aicache.traces.gen_agent`; quick versions replay fewer sessions with
 the session-start window shrunk in proportion, so the number of concurrently active
 sessions — the DRAM pressure the seed varies — stays that of the full run.
@@ -527,7 +527,7 @@ class Coordination(Experiment):
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
         from aicache.kv.models import get_model
-        from aicache.kv.saria import GB, IDEAL_SHARING, Bandwidths, SharingModel, schedule
+        from aicache.kv.transfer import GB, IDEAL_SHARING, Bandwidths, SharingModel, schedule
 
         per_tier = 135_168 // 2 * get_model("qwen3-8b").kv_bytes_per_token  # 9.28125 GiB
         disk = params["gds_gbps"] * params.get("ssd_devices", 1) * GB  # striped: rates add

@@ -40,7 +40,8 @@ import numpy as np
 from aicache.errors import BadInput
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
-from aicache.kv.saria import AdmissionRule, KVIndexParams
+from aicache.kv.admission import AdmissionRule
+from aicache.kv.saria import KVIndexParams
 from aicache.kvstore.ssd import lifetime_days
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 

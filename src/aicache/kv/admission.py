@@ -1,5 +1,6 @@
-"""SSD admission policies beyond the seed's E/R rule (the :class:`~aicache.kv.saria.SSDAdmission`
-seam of :class:`~aicache.kv.saria.KVIndex`).
+"""SSD admission: the seed's E/R rule (:class:`AdmissionRule`, :class:`RuleAdmission`), the
+:class:`SSDAdmission` seam of :class:`~aicache.kv.saria.KVIndex`, and policies beyond the
+seed's rule.
 
 * :class:`OracleAdmission` — the offline frontier: it knows the whole trace.
 * :class:`LearnedAdmission` — online: the seed's rule, plus blocks persisted at their
@@ -10,11 +11,116 @@ seam of :class:`~aicache.kv.saria.KVIndex`).
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from aicache.errors import BadInput
 from aicache.kv.radix import RadixNode
-from aicache.kv.saria import AdmissionRule, RequestAttrs
+
+if TYPE_CHECKING:  # the index imports this module; the attrs appear in signatures only
+    from aicache.kv.saria import RequestAttrs
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRule:
+    """``admit(b) = [E_b ≥ θ_E] ∨ [R_b ≥ θ_R]`` (either threshold may be off), or admit
+    everything (``full-duplicate``)."""
+
+    theta_e: int | None = 2
+    theta_r: int | None = None
+    everything: bool = False
+
+    _PAT = re.compile(r"^(?:e(\d+))?(?:\s*(?:\||∨|v|\+|or)\s*)?(?:r(\d+))?$")
+
+    @classmethod
+    def parse(cls, text: str) -> AdmissionRule:
+        """``full-duplicate``, ``E3``, ``R8``, ``E2∨R8`` (also ``E2|R8``, ``E2+R8``)."""
+        t = text.strip().lower()
+        if t in ("full-duplicate", "fd", "all"):
+            return cls(None, None, True)
+        m = cls._PAT.match(t.replace(" ", ""))
+        if not t or not m or not (m.group(1) or m.group(2)):
+            raise BadInput(f"admission {text!r} is not full-duplicate, E<n>, R<n> or E<n>∨R<m>")
+        e = int(m.group(1)) if m.group(1) else None
+        r = int(m.group(2)) if m.group(2) else None
+        if (e is not None and e < 1) or (r is not None and r < 1):
+            raise BadInput(f"admission {text!r}: thresholds must be at least 1")
+        return cls(e, r, False)
+
+    @property
+    def label(self) -> str:
+        if self.everything:
+            return "full-duplicate"
+        parts = ([f"E{self.theta_e}"] if self.theta_e else []) + (
+            [f"R{self.theta_r}"] if self.theta_r else [])
+        return "∨".join(parts) or "none"
+
+    def admit(self, e: int, r: int) -> bool:
+        if self.everything:
+            return True
+        return (self.theta_e is not None and e >= self.theta_e) or (
+            self.theta_r is not None and r >= self.theta_r)
+
+    def prewrite_due(self, e: int, r: int) -> bool:
+        """Would the block qualify now or at its next eviction (``E_b + 1``)?"""
+        return self.admit(e + 1, r)
+
+
+class SSDAdmission(Protocol):
+    """The SSD admission decision of a :class:`KVIndex`, by node (the seam for policies
+    that read more than ``E_b``/``R_b``: an offline oracle, a learned predictor).
+
+    ``at_eviction``: the node is leaving DRAM (``E_b`` already counted) and has no SSD
+    copy — write it first? ``prewrite_now``: a request just reused the node from DRAM
+    (``R_b`` counted) — start its write while it stays in DRAM? ``prewrite_at_store``:
+    the node was just (re)stored in DRAM — start its write? ``on_reference``: a request
+    reused the node (``R_b`` just grew), served or recomputed; ``on_write``: the index
+    issued an SSD write of ``size`` bytes; ``on_store``: a prompt's blocks ``path`` were
+    stored, those from ``skip`` on offloaded now (before any of the per-node calls), by
+    a request with ``attrs`` (None: unknown)."""
+
+    label: str
+
+    def at_eviction(self, node: RadixNode, now: float) -> bool: ...
+    def prewrite_now(self, node: RadixNode, now: float) -> bool: ...
+    def prewrite_at_store(self, node: RadixNode, now: float) -> bool: ...
+    def on_reference(self, node: RadixNode, now: float) -> None: ...
+    def on_write(self, node: RadixNode, size: int, now: float) -> None: ...
+    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
+                 attrs: RequestAttrs | None) -> None: ...
+
+
+class RuleAdmission:
+    """The seed's rule as an :class:`SSDAdmission`: at eviction ``admit(E_b, R_b)``;
+    prewrite when ``R_b`` reached θ_R or ``E_b + 1`` would qualify."""
+
+    __slots__ = ("rule", "label")
+
+    def __init__(self, rule: AdmissionRule) -> None:
+        self.rule = rule
+        self.label = rule.label
+
+    def at_eviction(self, node: RadixNode, now: float) -> bool:
+        return self.rule.admit(node.E, node.R)
+
+    def prewrite_now(self, node: RadixNode, now: float) -> bool:
+        return self.rule.admit(node.E, node.R)
+
+    def prewrite_at_store(self, node: RadixNode, now: float) -> bool:
+        return self.rule.prewrite_due(node.E, node.R)
+
+    def on_reference(self, node: RadixNode, now: float) -> None:
+        return None
+
+    def on_write(self, node: RadixNode, size: int, now: float) -> None:
+        return None
+
+    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
+                 attrs: RequestAttrs | None) -> None:
+        return None
 
 
 class OracleAdmission:

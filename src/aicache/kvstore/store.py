@@ -68,10 +68,8 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.kv.radix import KVObject, RadixNode, Tier
-from aicache.kv.saria import (
-    GB, Bandwidths, KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs,
-    TransferMode, b_pace,
-)
+from aicache.kv.saria import KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs
+from aicache.kv.transfer import GB, Bandwidths, TransferMode, b_pace
 from aicache.kvstore.dram import DramPool
 from aicache.kvstore.ssd import (
     BlockMeta, CorruptBlock, DiskFull, RecoveredBlock, SlabStore, chain_id, encode_key,

@@ -17,7 +17,7 @@ Methodology (the published evaluation's, ``docs/design/saria.md``):
   that finds every slot taken waits in the replay driver, so arrivals are paced by the
   work actually done (a trace offering more load than the server serves is stretched —
   ``replay_stretch`` — instead of queueing without bound). TTFT runs from submission:
-  cache transfer (shared :class:`~aicache.kv.saria.TransferCoordinator`) + waiting for
+  cache transfer (shared :class:`~aicache.kv.transfer.TransferCoordinator`) + waiting for
   the GPU behind the other in-flight requests + prefill of the uncached suffix. Requests
   stop after the first token (prefill only).
 * **Queueing mode** (only when asked: ``prefill_gpus ≥ 1``): ``prefill_gpus`` GPUs at
@@ -49,13 +49,13 @@ from typing import Any
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.kv.admission import LearnedAdmission, OracleAdmission
+from aicache.kv.admission import AdmissionRule, LearnedAdmission, OracleAdmission, SSDAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
+from aicache.kv.promotion import PromotionMode, PromotionParams
 from aicache.kv.saria import (
-    GB, AdmissionRule, Bandwidths, KVIndex, KVIndexParams, LookupMode, Moves,
-    PromotionMode, PromotionParams, ReloadPlan, RequestAttrs, SharingModel, SSDAdmission, Tier,
-    TransferCoordinator, TransferMode,
+    KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs, Tier,
 )
+from aicache.kv.transfer import GB, Bandwidths, SharingModel, TransferCoordinator, TransferMode
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
 
