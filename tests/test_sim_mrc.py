@@ -150,3 +150,14 @@ def test_bad_sample_rate_and_policy(tmp_path: Path) -> None:
             miss_ratio_curve(trace, "arc", ["10%"], sample_rate=rate)
     with pytest.raises(BadInput, match="lruu"):
         miss_ratio_curve(trace, "lruu", ["10%"])
+
+
+def test_too_small_unsampled_size_advises_a_larger_size_not_a_higher_rate(tmp_path: Path) -> None:
+    """A size so small that SHARDS runs it unsampled (rate clamped to 1) and the policy
+    rejects it: raising --sample-rate cannot help, so the error says to raise the size."""
+    ids, s = _zipf(1_000, 100, 1.0, seed=1)
+    trace = _write(tmp_path / "t.og", "oracle-general", ids, s)
+    with pytest.raises(BadInput) as exc:
+        miss_ratio_curve(trace, "2q", ["2"], sample_rate=0.5)
+    msg = str(exc.value)
+    assert "2q: capacity 2" in msg and msg.endswith("raise the size") and "--sample-rate" not in msg

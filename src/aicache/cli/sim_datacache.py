@@ -22,7 +22,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", metavar="FMT", help="trace format (default: detect)")
     p.add_argument("--scale", type=float, default=1.0, help="workload size factor (default 1.0 = the published evaluation's sizes)")
     p.add_argument("--system", required=True, metavar="NAME",
-                   help="nocache, juicefs, alluxio, juicefs-adaptive, chiron, clairvoyant, or EVICTION+PREFETCH")
+                   help="nocache, juicefs, alluxio, juicefs-adaptive, chiron, chiron-seed, clairvoyant, "
+                        "or EVICTION+PREFETCH")
     p.add_argument("--cache-size", metavar="SIZE", default=None,
                    help="e.g. 1GiB or 25%% of the dataset (default: the workload's seed budget)")
     p.add_argument("--advisor", default="statistical", metavar="SPEC",

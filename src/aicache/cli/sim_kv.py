@@ -26,7 +26,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--sessions", type=int, default=None, help="sessions to generate (--workload)")
     p.add_argument("--system", default="saria", metavar="NAME",
                    help="saria, full-duplicate, dram-only, lmcache-plus, gds-only, "
-                        "full-promotion, zero-promotion (default saria)")
+                        "full-promotion, zero-promotion, oracle (default saria)")
     p.add_argument("--theta-e", type=int, default=None, metavar="N",
                    help="eviction-count admission threshold θ_E (default 2 unless --theta-r)")
     p.add_argument("--theta-r", type=int, default=None, metavar="N",

@@ -268,7 +268,8 @@ PREFIX_POLICIES.register("saecache-duel", "aicache.kv.saecache:SAECacheDuel",
 PREFIX_POLICIES.register("saecache-reuse", "aicache.kv.saecache_reuse:SAECacheReuse",
                          "leaves of the prefix tree evicted by class reuse probability learned online with ghosts, LRU inside a class")
 PREFIX_POLICIES.register("lru", LRUPrefix, "least recently used (vLLM default)")
-PREFIX_POLICIES.register("lpc", LPC, "learned prefix caching: continuation predictor alone")
+PREFIX_POLICIES.register("lpc", LPC, "LPC stand-in (SAECache's online continuation classifier over an LRU "
+                         "window: of the 16 least recently used blocks, the least likely to continue goes)")
 for _name, _help in (("lfu", "least frequently used"), ("s3fifo", "S3-FIFO (SOSP'23)"),
                      ("sieve", "SIEVE (NSDI'24)"), ("belady", "offline optimum bound (needs the future)")):
     # a partial, not a closure over the loop variable: mypyc (aicache.native) compiles this

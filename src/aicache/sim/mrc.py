@@ -231,6 +231,8 @@ def miss_ratio_curve(
             try:
                 mr, bmr = simulate_arrays(sample, policy, scaled, size_mode, seed)
             except BadInput as exc:
+                if r >= 1.0:  # this size already runs unsampled: only a larger size helps
+                    raise BadInput(f"{exc} (size {c}, not sampled); raise the size") from exc
                 raise BadInput(f"{exc} (size {c} scaled by sample rate {r}); raise "
                                "--sample-rate or the size") from exc
             if r < 1.0:
