@@ -264,6 +264,8 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
     h.close()
 
     seen: list[tuple[int, int]] = []
+    offers: list = []
+    refs: list[int] = []
 
     class SecondOffer:  # admits at a chunk's second offer, i.e. E_b ≥ 1 without prewrite
         label = "second-offer"
@@ -271,9 +273,13 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
         def __init__(self, at: int) -> None:
             self.at = at
 
-        def admit(self, sk, ev) -> bool:
+        def admit(self, sk, ev, offer) -> bool:
             seen.append((ev.E, ev.R))
+            offers.append(offer)
             return ev.E >= self.at
+
+        def referenced(self, sk, ev, now) -> None:
+            refs.append(ev.R)
 
     monkeypatch.setitem(chunk_tier.CHUNK_ADMISSIONS, "second-offer",
                         lambda prewrite, args: SecondOffer(int(args["at"])))
@@ -286,6 +292,8 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
     flush(h, 200, 4, data)
     assert h.get(a)[0] == [HIT] * 4
     assert seen[:4] == [(0, 0)] * 4 and seen[8:12] == [(1, 1)] + [(1, 0)] * 3
+    assert refs == [1, 2, 1, 1, 1]  # each known chunk a request asked for, with its R_b
+    assert len({o.request for o in offers[8:12]}) == 1 and offers[8].request  # one request
     h.close()
     with pytest.raises(BadInput, match="oracle"):
         chunk_tier.make_admission("no-such-admission")

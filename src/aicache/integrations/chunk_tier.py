@@ -70,14 +70,25 @@ class GateCounters:
     references: int = 0  #: reuses counted (known chunks asked for)
 
 
+@dataclass(slots=True)
+class Offer:
+    """What the engine's call says about one offer beyond the chunk's evidence."""
+
+    request: str = ""    #: the offering request's id ('' when the engine passes none)
+    end_token: int = -1  #: where the chunk ends in that request's prompt (-1: unknown)
+    now: float = 0.0     #: the adapter's clock, in seconds
+
+
 class ChunkAdmission(Protocol):
-    """Persist a chunk offered for storage? Called once per offer of a chunk not held,
-    after the offer's evidence was counted (``ev.E`` includes the eviction a repeated
-    offer implies; ``ev.R`` the reuses counted so far)."""
+    """Persist a chunk offered for storage? :meth:`admit` is called once per offer of a
+    chunk not held, after the offer's evidence was counted (``ev.E`` includes the
+    eviction a repeated offer implies; ``ev.R`` the reuses counted so far);
+    :meth:`referenced` after a request's reuse of a known chunk was counted."""
 
     label: str
 
-    def admit(self, sk: StoreKey, ev: Evidence) -> bool: ...
+    def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool: ...
+    def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None: ...
 
 
 class RuleAdmission:
@@ -90,9 +101,12 @@ class RuleAdmission:
         self.prewrite = prewrite
         self.label = rule.label
 
-    def admit(self, sk: StoreKey, ev: Evidence) -> bool:
+    def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool:
         rule = self.rule
         return rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+
+    def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None:
+        return None
 
 
 class KeySetAdmission:
@@ -107,8 +121,11 @@ class KeySetAdmission:
         self.keys = frozenset(digest32(bytes(k)) for k in keys)
         self.label = label
 
-    def admit(self, sk: StoreKey, ev: Evidence) -> bool:
+    def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool:
         return sk[1] in self.keys
+
+    def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None:
+        return None
 
 
 #: Builds an admission from ``prewrite`` and the tier's ``admission_args`` mapping.
@@ -147,6 +164,9 @@ def make_admission(name: str, prewrite: bool = True,
     return RuleAdmission(rule, prewrite)
 
 
+_NO_OFFER_INFO = Offer()  # read-only default: admissions must not keep or change it
+
+
 class AdmissionGate:
     """The evidence SARIA counts (offers, references) and an admission deciding on it
     (module docstring).
@@ -179,7 +199,7 @@ class AdmissionGate:
             while len(self._ev) > self.capacity:
                 self._ev.popitem(last=False)
 
-    def reference(self, sk: StoreKey) -> bool:
+    def reference(self, sk: StoreKey, now: float = 0.0) -> bool:
         """A request asked for ``sk``: count a reuse if the chunk is known (returns so)."""
         ev = self._ev.get(sk)
         if ev is None:
@@ -187,9 +207,10 @@ class AdmissionGate:
         ev.R += 1
         self._ev.move_to_end(sk)
         self.c.references += 1
+        self.policy.referenced(sk, ev, now)
         return True
 
-    def offer(self, sk: StoreKey) -> bool:
+    def offer(self, sk: StoreKey, info: Offer = _NO_OFFER_INFO) -> bool:
         """The engine offers ``sk`` for storage: persist it? A repeated offer counts the
         eviction it implies first."""
         ev = self._ev.get(sk)
@@ -200,7 +221,7 @@ class AdmissionGate:
         else:
             ev.E += 1
             self._ev.move_to_end(sk)
-        ok = self.policy.admit(sk, ev)
+        ok = self.policy.admit(sk, ev, info)
         self.c.offers += 1
         if ok:
             self.c.admitted += 1

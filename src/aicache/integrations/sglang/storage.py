@@ -39,7 +39,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -52,7 +52,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
-    AdmissionGate, SlabChunkStore, StoreKey, digest32, make_admission,
+    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
 )
 
 if TYPE_CHECKING:
@@ -135,7 +135,8 @@ class SariaHiCacheStorage(HiCacheStorage):
         self._dtype = ""
         self._staging: torch.Tensor | None = None
         self.m = BackendMetrics()
-        self._t0 = time.monotonic()
+        self._clock: Callable[[], float] = time.monotonic  # admissions' clock (tests replace it)
+        self._t0 = self._clock()
         if page_bytes is not None:
             self._open(_positive_int(cfg, "page_bytes", "the bytes of one KV page"))
 
@@ -192,8 +193,9 @@ class SariaHiCacheStorage(HiCacheStorage):
             chain: Sequence[str] = keys
             if prefix and prefix[-1] != self._tail:
                 chain = [*prefix, *keys]
+            now = self._clock()
             for k in chain:  # the known run from the chain's start: the pages it reused
-                if not gate.reference(self._skey(k)):
+                if not gate.reference(self._skey(k), now):
                     break
             self._tail = keys[-1]
             n = 0
@@ -215,6 +217,7 @@ class SariaHiCacheStorage(HiCacheStorage):
         assert gate is not None
         m = self.m
         results = [True] * len(keys)
+        now = self._clock()
         todo: list[tuple[StoreKey, np.ndarray]] = []
         where: dict[StoreKey, int] = {}
         for i, (k, data) in enumerate(zip(keys, pages)):
@@ -228,7 +231,7 @@ class SariaHiCacheStorage(HiCacheStorage):
             if sk in self._held or sk in where:
                 m.already_held += 1
                 continue
-            if gate.offer(sk):
+            if gate.offer(sk, Offer(now=now)):
                 where[sk] = i
                 todo.append((sk, data))
         if not todo:
@@ -377,7 +380,7 @@ class SariaHiCacheStorage(HiCacheStorage):
                 out.update(admissions=g.admitted, admissions_declined=g.declined,
                            reuses_counted=g.references)
             if self._chunks is not None:
-                out.update(self._chunks.ssd_metrics(time.monotonic() - self._t0))
+                out.update(self._chunks.ssd_metrics(self._clock() - self._t0))
             return out
 
     def held(self, key: str) -> bool:

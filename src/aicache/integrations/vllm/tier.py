@@ -63,7 +63,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, Tra
 
 from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
-    AdmissionGate, SlabChunkStore, StoreKey, digest32, make_admission,
+    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
 )
 
 if TYPE_CHECKING:
@@ -136,7 +136,8 @@ class SariaSSDTier(SecondaryTierManager):
                  admission: str = "E2", prewrite: bool = True, io_threads: int = 4,
                  metadata_entries: int | None = None, slab_bytes: int = 32 << 20,
                  admission_args: Mapping[str, object] | None = None,
-                 backpressure_detector: BackpressureDetector | None = None) -> None:
+                 backpressure_detector: BackpressureDetector | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if not root_dir:
             raise BadInput(f"secondary tier {tier_type!r}: set \"root_dir\" to the SSD "
@@ -161,7 +162,8 @@ class SariaSSDTier(SecondaryTierManager):
         self._jobs_in_flight = 0
         self._worker = _LoadFirstWorker()
         self.m = TierMetrics()
-        self._t0 = time.monotonic()
+        self._clock = clock
+        self._t0 = clock()
         self._recover()
 
     # ------------------------------------------------------------------ keys
@@ -195,7 +197,7 @@ class SariaSSDTier(SecondaryTierManager):
             req_context.set_state(seen)
         if sk not in seen.keys:  # a DRAM miss wanting the chunk: one reuse per request
             seen.keys.add(sk)
-            self._gate.reference(sk)
+            self._gate.reference(sk, self._clock())
         st = self._state.get(sk)
         if st is ChunkState.STORED:
             self.m.lookup_hits += 1
@@ -205,21 +207,26 @@ class SariaSSDTier(SecondaryTierManager):
             return LookupResult.RETRY
         return LookupResult.MISS
 
-    def admits(self, sk: StoreKey) -> bool:
-        """SARIA's decision for a chunk offered for storage (counts the eviction it implies)."""
-        return self._gate.offer(sk)
+    def admits(self, sk: StoreKey, info: Offer) -> bool:
+        """The admission's decision for a chunk offered for storage (counts the eviction
+        it implies)."""
+        return self._gate.offer(sk, info)
 
     def submit_store(self, job_metadata: TransferJob) -> None:
         m = self.m
         m.stores_offered += 1
         todo: list[tuple[StoreKey, int]] = []
+        ctx = job_metadata.req_context
+        req_id = ctx.req_id if ctx is not None else ""
+        now = self._clock()
         for key, cid in zip(job_metadata.keys, job_metadata.chunk_ids):
             sk = self._skey(key)
             m.chunks_offered += 1
             if sk in self._state:
                 m.already_held += 1
                 continue
-            if self.admits(sk):
+            pos = ctx.get_offload_key_position(key) if ctx is not None else None
+            if self.admits(sk, Offer(req_id, -1 if pos is None else int(pos), now)):
                 m.admissions += 1
                 self._state[sk] = ChunkState.WRITING
                 todo.append((sk, int(cid)))
@@ -323,7 +330,7 @@ class SariaSSDTier(SecondaryTierManager):
         m = self.m
         out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
         out["admission"] = self.admission.label
-        out.update(self._chunks.ssd_metrics(time.monotonic() - self._t0))
+        out.update(self._chunks.ssd_metrics(self._clock() - self._t0))
         out["chunks_held"] = sum(1 for v in self._state.values() if v is ChunkState.STORED)
         return out
 
