@@ -15,8 +15,10 @@ share two pieces:
   SARIA's rule (``E2``, ``R8``, ``E2∨R8``; with prewrite, SARIA's default, an offer is
   admitted when ``E_b + 1 ≥ θ_E`` or ``R_b ≥ θ_R`` — the eviction it is about to face
   would qualify it —, without prewrite when ``admit(E_b, R_b)`` already holds),
-  ``full-duplicate`` (every offer), ``oracle`` (a key set fixed in advance: the offline
-  frontier of a replay), or any policy added to :data:`CHUNK_ADMISSIONS`.
+  ``full-duplicate`` (every offer), ``learned`` (:class:`~aicache.kv.admission.LearnedRule`
+  decided at the offer, :class:`LearnedChunkAdmission`), ``oracle`` (a key set fixed in
+  advance: the offline frontier of a replay), or any policy added to
+  :data:`CHUNK_ADMISSIONS`.
 * :class:`SlabChunkStore` — chunks on a :class:`~aicache.kvstore.store.TieredKVStore` with
   no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
   recovery by header scan, an SSD LRU within the byte budget. Each chunk is one block
@@ -38,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from aicache.errors import BadInput
+from aicache.kv.admission import LearnedRule
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.admission import AdmissionRule
@@ -77,6 +80,7 @@ class Offer:
     request: str = ""    #: the offering request's id ('' when the engine passes none)
     end_token: int = -1  #: where the chunk ends in that request's prompt (-1: unknown)
     now: float = 0.0     #: the adapter's clock, in seconds
+    request_tokens: int = -1  #: the request's prompt tokens seen so far (-1: unknown)
 
 
 class ChunkAdmission(Protocol):
@@ -128,6 +132,40 @@ class KeySetAdmission:
         return None
 
 
+class LearnedChunkAdmission:
+    """:class:`~aicache.kv.admission.LearnedRule` (SARIA's rule plus first-eviction writes
+    of chunks whose learned reuse probability is high enough, within a write budget) for
+    an engine that offers chunks when they enter its host memory.
+
+    The simulator asks the rule at a block's eviction; an engine tier that is offered
+    chunks write-through (vLLM's) holds the bytes only at the offer, so the rule is asked
+    there about the eviction to come: ``E_b + 1`` (the same test as SARIA's prewrite),
+    ``R_b``, no output length (the engine stores a chunk before the request answers), the
+    request's prompt length (``Offer.request_tokens``), no idle time (the chunk is in use).
+    A label closes *reused* when a request asks the tier for the chunk — a lookup after
+    the chunk left host memory, the reuse an SSD copy serves. Sizes are in chunks: a first
+    offer adds one to full duplicate's writes, an admission one to ours.
+    """
+
+    __slots__ = ("rule", "label")
+
+    def __init__(self, rule: LearnedRule) -> None:
+        self.rule = rule
+        self.label = "learned"
+
+    def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool:
+        rule = self.rule
+        if ev.E == 0:
+            rule.stored(1)
+        ok = rule.evicted(sk, ev.E + 1, ev.R, -1, max(1, offer.request_tokens), 0.0, offer.now)
+        if ok:
+            rule.wrote(1)
+        return ok
+
+    def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None:
+        self.rule.referenced(sk, now)
+
+
 #: Builds an admission from ``prewrite`` and the tier's ``admission_args`` mapping.
 ChunkAdmissionFactory = Callable[[bool, Mapping[str, object]], ChunkAdmission]
 
@@ -146,8 +184,31 @@ def _oracle(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
                        f"hash a line") from e
 
 
+def _learned(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+    def num(name: str, default: float | None) -> float | None:
+        v = args.get(name, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise BadInput(f"admission 'learned': {name} {v!r} is not a number")
+        try:
+            return float(v)
+        except ValueError:
+            raise BadInput(f"admission 'learned': {name} {v!r} is not a number") from None
+
+    horizon = num("horizon", 3600.0)
+    budget = num("write_budget", 0.5)
+    try:
+        return LearnedChunkAdmission(LearnedRule(
+            num("threshold", None), 3600.0 if horizon is None else horizon,
+            write_budget=0.5 if budget is None else budget))
+    except ValueError as e:
+        raise BadInput(f"admission 'learned': {e} (admission_args threshold, horizon, "
+                       f"write_budget)") from None
+
+
 #: Admissions by name, beside SARIA's rules (which :func:`make_admission` parses).
-CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle}
+CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle, "learned": _learned}
 
 
 def make_admission(name: str, prewrite: bool = True,

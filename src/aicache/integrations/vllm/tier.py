@@ -219,14 +219,17 @@ class SariaSSDTier(SecondaryTierManager):
         ctx = job_metadata.req_context
         req_id = ctx.req_id if ctx is not None else ""
         now = self._clock()
-        for key, cid in zip(job_metadata.keys, job_metadata.chunk_ids):
+        ends = [-1 if p is None else int(p) for p in (
+            ctx.get_offload_key_position(k) if ctx is not None else None
+            for k in job_metadata.keys)]
+        seen_tokens = max(ends, default=-1)  # the prompt so far: its last offered chunk's end
+        for key, cid, end in zip(job_metadata.keys, job_metadata.chunk_ids, ends):
             sk = self._skey(key)
             m.chunks_offered += 1
             if sk in self._state:
                 m.already_held += 1
                 continue
-            pos = ctx.get_offload_key_position(key) if ctx is not None else None
-            if self.admits(sk, Offer(req_id, -1 if pos is None else int(pos), now)):
+            if self.admits(sk, Offer(req_id, end, now, seen_tokens)):
                 m.admissions += 1
                 self._state[sk] = ChunkState.WRITING
                 todo.append((sk, int(cid)))
