@@ -291,11 +291,16 @@ def test_clear_forgets_every_page(tmp_path):
     b.close()
 
 
-@pytest.mark.parametrize("prob", ["1.0", "0.5"])
-def test_sglang_failure_injection_never_yields_wrong_bytes(tmp_path, monkeypatch, prob):
-    """SGLang's own test switch wraps the backend in its failure injector: a call either
-    fails as a miss/False or gives the stored bytes."""
-    monkeypatch.setenv("SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE", prob)
+@pytest.mark.parametrize("prob, delay", [("1.0", None), ("0.5", None), (None, "0.002"),
+                                         ("0.5", "0.002")])
+def test_sglang_failure_injection_never_yields_wrong_bytes(tmp_path, monkeypatch, prob, delay):
+    """SGLang's own test switches wrap the backend in its injector (random failures, random
+    delays before each call): a call either fails as a miss/False or gives the stored
+    bytes; with delays alone every call succeeds (a delay is not a fault)."""
+    for name, value in (("SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE", prob),
+                        ("SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY", delay)):
+        if value is not None:
+            monkeypatch.setenv(name, value)
     extra = {"backend_name": "aicache", "module_path": MODULE, "class_name": "SariaHiCacheStorage",
              "interface_v1": 1, "root_dir": str(tmp_path), "ssd_bytes": 64 * SLOT,
              "admission": "full-duplicate"}
@@ -319,6 +324,8 @@ def test_sglang_failure_injection_never_yields_wrong_bytes(tmp_path, monkeypatch
         for s, (k2, ok) in enumerate(zip(keys, res)):
             if ok:
                 assert same_bytes(dst.page(s), payload(k2))
+        if prob is None:
+            assert n == len(keys) and got is not None and all(res)
     if prob == "1.0":
         assert b.batch_exists(keys) == 0 and not b.set(keys[0], payload(keys[0]))
     b.close()
