@@ -215,12 +215,12 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
     # -- bytes: through the cache ---------------------------------------------------------
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
                  **kwargs: Any) -> bytes:
-        p = self._target_path(path)
-        meta = self.engine.stat(p)
+        engine = self.engine
+        meta = engine.stat(self._target_path(path))
         if start is None and end is None:  # whole file (the common case): no range maths
-            return self.engine.read_meta(meta)
+            return engine.read_meta(meta)
         s, e = _resolve_range(meta.size, start, end)
-        return self.engine.read_meta(meta, s, e - s)
+        return engine.read_meta(meta, s, e - s)
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
               cache_options: Any = None, **kwargs: Any) -> AICacheFile:

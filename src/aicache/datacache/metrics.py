@@ -2,7 +2,8 @@
 
 Each engine owns its own ``CollectorRegistry`` (two engines in one process — tests, a
 notebook — never collide on metric names), served by :meth:`EngineMetrics.serve`
-(``aicache mount --metrics-port``). Hot-path counters are plain ``Counter.inc()`` calls
+(``aicache mount --metrics-port``). A hit read updates its count, its bytes and its latency
+under one lock (:class:`DemandReads`); other counters are plain ``Counter.inc()`` calls
 (a lock and an add); gauges that mirror other objects (bytes stored, the active pattern
 per unit, advisor counters) are computed at scrape time by a custom collector, so the
 read path never pays for them.
@@ -16,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 _NS = "aicache"
@@ -83,7 +85,7 @@ class LatencyHistogram(Collector):
     def describe(self) -> list[HistogramMetricFamily]:
         return []
 
-    def collect(self) -> Iterable[HistogramMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         with self._lock:
             counts, total = list(self.counts), self.total
         buckets, running = [], 0
@@ -91,6 +93,46 @@ class LatencyHistogram(Collector):
             running += n
             buckets.append((bound, float(running)))
         yield HistogramMetricFamily(self.name, self.help, buckets=buckets, sum_value=total)
+
+
+class DemandReads(LatencyHistogram):
+    """Demand block reads: the latency histogram plus the hit counters (``hits``,
+    ``hit_bytes``), all under the histogram's one lock, so that a hit read (:meth:`hit`)
+    pays one lock acquisition for its count, its bytes and its latency, and allocates
+    nothing. Scraped as ``aicache_hits_total``, ``aicache_hit_bytes_total`` and the
+    histogram.
+
+    Invariant: ``hits`` counts every demand read served without a fetch of its own (from
+    the store or a fetch in flight), ``hit_bytes`` their bytes."""
+
+    def __init__(self, name: str, help_: str, bounds: Iterable[float]) -> None:
+        super().__init__(name, help_, bounds)
+        self.hits = 0
+        self.hit_bytes = 0
+
+    def hit(self, nbytes: int, seconds: float) -> None:
+        """A hit of ``nbytes`` that took ``seconds``."""
+        i = bisect.bisect_left(self.bounds, seconds)
+        with self._lock:
+            self.hits += 1
+            self.hit_bytes += nbytes
+            self.counts[i] += 1
+            self.total += seconds
+
+    def count_hit(self, nbytes: int) -> None:
+        """A hit whose latency is observed on its own (a read that waited on a fetch)."""
+        with self._lock:
+            self.hits += 1
+            self.hit_bytes += nbytes
+
+    def collect(self) -> Iterable[Metric]:
+        yield from super().collect()
+        with self._lock:
+            hits, nbytes = self.hits, self.hit_bytes
+        yield CounterMetricFamily(f"{_NS}_hits", "demand block reads served from the cache",
+                                  value=float(hits))
+        yield CounterMetricFamily(f"{_NS}_hit_bytes", "bytes of the blocks that demand hits "
+                                  "served from the cache", value=float(nbytes))
 
 
 class EngineMetrics:
@@ -103,9 +145,7 @@ class EngineMetrics:
         def c(name: str, help_: str) -> Counter:
             return Counter(f"{_NS}_{name}", help_, registry=r)
 
-        self.hits = c("hits", "demand block reads served from the cache")
         self.misses = c("misses", "demand block reads fetched from the remote")
-        self.hit_bytes = c("hit_bytes", "bytes of the blocks that demand hits served from the cache")
         self.remote_bytes = c("remote_bytes", "bytes fetched from the remote store")
         self.prefetch_issued = c("prefetch_issued", "background block fetches started")
         self.prefetch_used = c("prefetch_used", "prefetched blocks later read by demand")
@@ -127,11 +167,12 @@ class EngineMetrics:
         self.fuse_deferred = c("fuse_worker_replies",
                                "FUSE requests handed to a worker: they waited on the remote or "
                                "on a whole-block verification (low-level mount)")
-        self.read_latency = LatencyHistogram(
+        #: hits, hit bytes and the read-latency histogram
+        self.reads = DemandReads(
             f"{_NS}_read_seconds", "demand block reads: time until the block's bytes are in hand "
             "(hits and fetches; ranged FUSE hits, counted in fuse_inline_replies, are not timed)",
             (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02, 0.1, 0.5, 2.0))
-        r.register(self.read_latency)
+        r.register(self.reads)
         if stats is not None:
             r.register(_Snapshot(stats))
 

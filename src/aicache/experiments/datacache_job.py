@@ -370,14 +370,14 @@ class RemoteSampleDataset:
         engine = getattr(fs, "engine", None)
         h0 = m0 = 0.0
         if engine is not None:
-            h0, m0 = _counter(engine.metrics.hits), _counter(engine.metrics.misses)
+            h0, m0 = engine.metrics.reads.hits, _counter(engine.metrics.misses)
         parts = []
         root = self.cfg.root
         for rel, s, e in self.ds.samples[index]:
             parts.append(fs.cat_file(f"{root}/{rel}", start=s, end=e))
         data = b"".join(parts)
         if engine is not None:
-            hits = int(_counter(engine.metrics.hits) - h0)
+            hits = int(engine.metrics.reads.hits - h0)
             misses = int(_counter(engine.metrics.misses) - m0)
         else:  # no cache: every block is fetched
             hits, misses = 0, self.ds.blocks_of(index)

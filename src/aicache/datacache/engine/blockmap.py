@@ -11,7 +11,33 @@ from typing import Any
 from aicache.datacache.engine.meta import FileMeta, file_meta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.policy.driver import PolicyPort, SystemDriver
+from aicache.datacache.store import BlockKey
 from aicache.datacache.version import VersionScheme
+
+
+class FileBlocks:
+    """What a read of one file's blocks needs, worked out once per :class:`FileMeta`: its
+    first block id, the unit it is reported under, and the :class:`BlockKey` of each block
+    read so far (a key is a pure function of the metadata and the index, so a hit reuses
+    one instead of building and hashing a new one per read).
+
+    Invariant: ``meta`` equals the metadata the record was built from; a read with other
+    metadata (a new version, a grown file) builds a new record."""
+
+    __slots__ = ("meta", "base", "unit", "keys")
+
+    def __init__(self, meta: FileMeta, base: int, unit: str) -> None:
+        self.meta = meta
+        self.base = base
+        self.unit = unit
+        self.keys: dict[int, BlockKey] = {}
+
+    def key(self, idx: int) -> BlockKey:
+        k = self.keys.get(idx)
+        if k is None:
+            m = self.meta
+            k = self.keys.setdefault(idx, BlockKey(m.path, m.version, idx))
+        return k
 
 
 class BlockMapping:
@@ -30,7 +56,22 @@ class BlockMapping:
     _listed: set[str]
     _bases: dict[str, int]
     _nblocks: dict[str, int]
+    _files: dict[str, FileBlocks]
     _remote: Callable[..., Any]
+
+    def _file_blocks(self, meta: FileMeta) -> FileBlocks:
+        """The read record of ``meta``'s file (registered with the policy first if new)."""
+        fb = self._files.get(meta.path)
+        if fb is not None and fb.meta == meta:  # a re-stat of an unchanged file
+            fb.meta = meta  # the next read of this metadata takes the ``is`` test
+            return fb
+        base = self._bases.get(meta.path)
+        if base is None:
+            self._ensure_mapped(meta)
+            base = self._bases[meta.path]
+        fb = FileBlocks(meta, base, self.unit_of(meta.path))
+        self._files[meta.path] = fb  # one per path: bounded like ``_bases``
+        return fb
 
     def _ensure_mapped(self, meta: FileMeta) -> None:
         parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""

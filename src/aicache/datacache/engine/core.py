@@ -56,7 +56,7 @@ from typing import Any
 
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
-from aicache.datacache.engine.blockmap import BlockMapping
+from aicache.datacache.engine.blockmap import BlockMapping, FileBlocks
 from aicache.datacache.engine.fetch import Fetcher, _Flight
 from aicache.datacache.engine.meta import FileMeta, MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
@@ -146,6 +146,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         self._target_since: dict[str, float] = {}
         self._bases: dict[str, int] = {}
         self._nblocks: dict[str, int] = {}
+        self._files: dict[str, FileBlocks] = {}
         #: ``sync_prefetch``: prefetches queued by the current read, run before it returns
         self._sync: list[tuple[FileMeta, int, int, BlockKey, _Flight]] | None = (
             [] if p.sync_prefetch else None)
@@ -231,31 +232,40 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
 
     def read_block(self, meta: FileMeta, idx: int) -> bytes:
         """One block of ``meta`` (a demand access: told to the system, may prefetch),
-        timed into ``metrics.read_latency`` by the engine's ``clock``. With
-        ``sync_prefetch`` the prefetches it asked for are fetched and stored before it
-        returns, in the order the system named them."""
+        timed into ``metrics.reads`` by the engine's ``clock``. With ``sync_prefetch`` the
+        prefetches it asked for are fetched and stored before it returns, in the order the
+        system named them.
+
+        A hit is one lookup of the file's record, one store read, one policy call and one
+        metrics update, and allocates nothing but the bytes it returns (and what the system
+        allocates)."""
         clock = self._clock
         t0 = clock()
-        try:
-            data = self._read_block(meta, idx)
-        finally:
-            self.metrics.read_latency.observe(clock() - t0)
+        fb = self._files.get(meta.path)
+        if fb is None or fb.meta is not meta:
+            fb = self._file_blocks(meta)
+        key = fb.keys.get(idx)
+        if key is None:
+            key = fb.key(idx)
+        data = self.store.get(key)
+        if data is not None:  # the hot path: a local hit
+            n = len(data)
+            self._local_hit(key, fb.base + idx, fb.unit, n, t0 - self._t0)
+            self.metrics.reads.hit(n, clock() - t0)
+        else:
+            try:
+                data = self._read_missing(meta, idx, fb, key)
+            finally:
+                self.metrics.reads.observe(clock() - t0)
         if self._sync is not None:
             self._run_sync_prefetches()
         return data
 
-    def _read_block(self, meta: FileMeta, idx: int) -> bytes:
-        key = BlockKey(meta.path, meta.version, idx)
-        base = self._bases.get(meta.path)
-        if base is None:
-            self._ensure_mapped(meta)
-            base = self._bases[meta.path]
-        bid = base + idx
-        unit = self.unit_of(meta.path)
-        data = self.store.get(key)
-        if data is not None:  # the hot path: a local hit
-            self._local_hit(key, bid, unit, len(data))
-            return data
+    def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey) -> bytes:
+        """A demand read of a block the store does not hold: wait on its fetch in flight
+        or fetch it (single-flight), then tell the system."""
+        bid = fb.base + idx
+        unit = fb.unit
         with self._lock:
             flight = self._inflight.get(key)
             if flight is None:
@@ -264,6 +274,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 leader = True
             else:
                 leader = flight.claim()  # a queued prefetch not started yet: take it over
+        data: bytes | None = None
         if not leader:
             try:
                 data = flight.future.result()
@@ -285,8 +296,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             self._schedule(acc.prefetch)
         if data is not None:
             if acc.hit:
-                self.metrics.hits.inc()
-                self.metrics.hit_bytes.inc(len(data))
+                self.metrics.reads.count_hit(len(data))
             else:
                 self.metrics.misses.inc()
             return data
@@ -303,40 +313,34 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         then reads pieces with ``store.get_range`` (or ``get_range_into``, ``range_fd``);
         None (nothing accounted) when the block must be read whole with :meth:`read_block`
         (fetched, or verified)."""
-        key = BlockKey(meta.path, meta.version, idx)
+        fb = self._files.get(meta.path)
+        if fb is None or fb.meta is not meta:
+            fb = self._file_blocks(meta)
+        key = fb.key(idx)
         if not self.store.serves_ranges(key):
             return None
-        self._range_hit(meta, idx, key)
-        return key
-
-    def _range_hit(self, meta: FileMeta, idx: int, key: BlockKey) -> None:
-        """Account a demand read of block ``idx`` that the store served as a range."""
-        base = self._bases.get(meta.path)
-        if base is None:
-            self._ensure_mapped(meta)
-            base = self._bases[meta.path]
-        self._local_hit(key, base + idx, self.unit_of(meta.path),
-                        min(self.block_size, meta.size - idx * self.block_size))
+        size = min(self.block_size, meta.size - idx * self.block_size)
+        self._local_hit(key, fb.base + idx, fb.unit, size, self._now())
+        self.metrics.reads.count_hit(size)
         if self._sync is not None:
             self._run_sync_prefetches()
+        return key
 
-    def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int) -> None:
-        """Tell the system about a demand read served from the store (and act on its
-        prefetch answer). A policy failure is counted, never raised."""
-        now = self._now()
+    def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int, now: float) -> None:
+        """Tell the system about a demand read served from the store at ``now`` (and act
+        on its prefetch answer). A policy failure is counted, never raised."""
         try:
             acc = self.policy.read(unit, bid, key, size, Source.STORE, now)
         except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
             self._policy_error(exc)
-            acc = AccessResult(True, (), False)
+            return
         if acc.prefetch_used:
             self.metrics.prefetch_used.inc()
         if self._record is not None:
             self._record(now, unit, bid, size)
         if acc.prefetch:
             self._schedule(acc.prefetch)
-        self.metrics.hits.inc()
-        self.metrics.hit_bytes.inc(size)
+
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool) -> None:
         """A fetched block: ask the policy once, then apply its answer to the store."""
         try:

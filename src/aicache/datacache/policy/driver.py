@@ -86,7 +86,7 @@ class Placement(Generic[K]):
     victims: Sequence[Victim[K]] = ()
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AccessResult:
     """The answer to one demand read: whether the system held the block, what it wants
     prefetched (may name resident blocks), and whether the read used an unread prefetch."""
@@ -94,6 +94,11 @@ class AccessResult:
     hit: bool
     prefetch: Sequence[int]
     prefetch_used: bool
+
+
+#: the answers that name no prefetch, shared: ``_NO_PREFETCH[hit][prefetch_used]``
+_NO_PREFETCH = ((AccessResult(False, _NONE, False), AccessResult(False, _NONE, True)),
+                (AccessResult(True, _NONE, False), AccessResult(True, _NONE, True)))
 
 
 class PrefetchLedger:
@@ -273,22 +278,31 @@ class SystemDriver(Generic[K]):
              now: float) -> AccessResult:
         """A demand read through the engine: reconcile with what the store showed (adopt a
         stored block the system does not hold, forget one the store lost), then
-        :meth:`tick` and :meth:`access`."""
+        :meth:`tick` and :meth:`access`. One lock acquisition; a read that asks for no
+        prefetch gets a shared result (nothing allocated)."""
         with self._lock:
             res = self.resident
-            if source is Source.STORE:
-                if bid not in res and self.system.on_insert(unit, bid, size, now, False) is not False:
-                    cost = size + self.overhead
-                    res[bid] = cost
-                    self.keys[bid] = key
-                    self.used += cost
-            elif source is Source.REMOTE and bid in res:
-                self.drop(bid)
-            hit = bid in res
+            if bid in res:
+                hit = source is not Source.REMOTE
+                if not hit:  # the store lost it
+                    self.drop(bid)
+            elif source is Source.STORE and self.system.on_insert(unit, bid, size, now,
+                                                                   False) is not False:
+                cost = size + self.overhead
+                res[bid] = cost
+                self.keys[bid] = key
+                self.used += cost
+                hit = True
+            else:
+                hit = False
+            if self._ticks:
+                self.system.tick(now)
             before = self.prefetch_used
-            self.tick(now)
             prefetch = self.access(unit, bid, size, hit, now)
-            return AccessResult(hit, prefetch, self.prefetch_used != before)
+            used = self.prefetch_used != before
+        if prefetch:
+            return AccessResult(hit, prefetch, used)
+        return _NO_PREFETCH[hit][used]
 
     def insert(self, unit: str, bid: int, key: K, size: int, used: int, now: float,
                prefetched: bool) -> Placement[K]:
