@@ -135,7 +135,7 @@ class PolicyDaemon:
         with self._mutex:
             self.accesses += 1
         r = p.read(unit, int(bid), _key(key), int(size), Source(source), self.now())
-        return [r.hit, [b for b in r.prefetch if not p.is_resident(b)], r.prefetch_used]
+        return [r.hit, list(r.prefetch), r.prefetch_used]
 
     def _insert(self, a: list[Any]) -> Any:
         unit, bid, key, size, used, prefetched = a

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.engine.remote import RemoteReadError
@@ -57,6 +58,7 @@ class Fetcher:
     _pool: cf.ThreadPoolExecutor
     _fetch: Callable[[FileMeta, int], bytes]
     _insert: Callable[[str, int, BlockKey, bytes, bool], None]
+    _file_blocks: Callable[[FileMeta], FileBlocks]
     unit_of: Callable[[str], str]
 
     def _fetch_and_store(self, meta: FileMeta, idx: int, bid: int, unit: str, key: BlockKey,
@@ -78,26 +80,25 @@ class Fetcher:
                     del self._inflight[key]
         return data
     def _schedule(self, blocks: Sequence[int]) -> None:
+        """Queue prefetches of ``blocks`` (the non-resident blocks the policy named)."""
         p = self.params
+        B = self.block_size
         for bid in blocks:
-            if self.policy.is_resident(bid):
-                continue
             loc = self.policy.locate(bid)
             if loc is None:
                 continue
-            m = self._meta.get(loc[0])
-            if m is not None and self.store.contains(BlockKey(loc[0], m[0].version, loc[1])):
+            path, idx = loc
+            m = self._meta.get(path)
+            if m is None or idx * B >= max(1, m[0].size):
+                continue
+            meta = m[0]
+            key = self._file_blocks(meta).key(idx)  # the key its demand reads will use
+            if self.store.contains(key):
                 continue  # stored by another process (or an earlier run): nothing to fetch
             with self._lock:
-                path, idx = loc
-                m = self._meta.get(path)
-                if m is None or idx * self.block_size >= max(1, m[0].size):
-                    continue
-                meta = m[0]
-                key = BlockKey(path, meta.version, idx)
                 if key in self._inflight:
                     continue
-                nbytes = min(self.block_size, meta.size - idx * self.block_size)
+                nbytes = min(B, meta.size - idx * B)
                 if (self._prefetch_count >= 2 * p.max_prefetch
                         or self._prefetch_bytes + nbytes > p.max_prefetch_bytes):
                     self.metrics.prefetch_dropped.inc()  # each one, as the simulator counts

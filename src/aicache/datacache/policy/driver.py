@@ -88,8 +88,9 @@ class Placement(Generic[K]):
 
 @dataclass(frozen=True, slots=True)
 class AccessResult:
-    """The answer to one demand read: whether the system held the block, what it wants
-    prefetched (may name resident blocks), and whether the read used an unread prefetch."""
+    """The answer to one demand read: whether the system held the block, which of the
+    blocks it wants prefetched are not resident, and whether the read used an unread
+    prefetch."""
 
     hit: bool
     prefetch: Sequence[int]
@@ -278,8 +279,8 @@ class SystemDriver(Generic[K]):
              now: float) -> AccessResult:
         """A demand read through the engine: reconcile with what the store showed (adopt a
         stored block the system does not hold, forget one the store lost), then
-        :meth:`tick` and :meth:`access`. One lock acquisition; a read that asks for no
-        prefetch gets a shared result (nothing allocated)."""
+        :meth:`tick` and :meth:`access`. One lock acquisition; a read that needs no
+        prefetch (the system named none, or only resident blocks) gets a shared result."""
         with self._lock:
             res = self.resident
             if bid in res:
@@ -300,6 +301,8 @@ class SystemDriver(Generic[K]):
             before = self.prefetch_used
             prefetch = self.access(unit, bid, size, hit, now)
             used = self.prefetch_used != before
+            if prefetch:  # what is resident already needs no fetch
+                prefetch = [b for b in prefetch if b not in res]
         if prefetch:
             return AccessResult(hit, prefetch, used)
         return _NO_PREFETCH[hit][used]
