@@ -37,7 +37,8 @@ more than the four events above, and matching libCacheSim exactly needs them:
   ``on_hit``, ``on_miss``, ``on_insert`` and ``victim`` (LIRS demotes and prunes on a hit,
   W-TinyLFU's segmented main cache evicts when a hit overflows a segment, one eviction may
   drop several keys). It keeps them resident in its own view (``keys``, ``__contains__``)
-  until the driver takes them with :meth:`EvictionPolicy.drain_evicted` and drops them;
+  until the driver takes them with :meth:`EvictionPolicy.drain_evicted` and drops them
+  (:class:`SelfEvicting` keeps that pending list for such a policy);
   ``Cache`` drains after every call, which is libCacheSim's behaviour. A driver that never
   drains stays consistent: ``victim`` hands pending keys out first.
 
@@ -176,6 +177,28 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def keys(self) -> Iterable[Key]:
         """The resident keys the policy tracks (for invariant checks; may be slow)."""
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class SelfEvicting(EvictionPolicy):
+    """The base of a ``self_evicting`` policy: the keys it dropped on its own, oldest first,
+    which it still counts as resident until :meth:`drain_evicted` hands them to the driver.
+    A subclass appends to ``_evicted`` when it drops a key, and hands pending keys out first
+    from ``victim`` (so a driver that never drains stays consistent)."""
+
+    self_evicting: ClassVar[bool] = True
+    __slots__ = ("_evicted",)
+
+    def __init__(self, capacity: int, *, rng: random.Random | None = None, **params: Any) -> None:
+        super().__init__(capacity, rng=rng, **params)
+        self._evicted: list[Key] = []
+
+    def drain_evicted(self) -> Sequence[Key]:
+        if not self._evicted:
+            return ()
+        out = self._evicted
+        self._evicted = []
+        return out
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from aicache.native import mypyc_attr
-from aicache.policies.base import EvictionPolicy, Key
+from aicache.policies.base import Key, SelfEvicting
 
 #: states of an S entry
 _HIR = 0  # resident HIR (also in Q, unless it is the over-capacity block)
@@ -47,13 +47,12 @@ _GHOST = 2  # non-resident HIR
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
-class LIRS(EvictionPolicy):
+class LIRS(SelfEvicting):
     name = "lirs"
     sees_misses = True
     may_decline = True
-    self_evicting = True
     __slots__ = ("_s", "_s_size", "_q", "_nh", "hirs_limit", "lirs_limit", "_lirs_count",
-                 "_hirs_count", "_s_bytes", "_evicted", "_extra", "_ghost_hit", "departures",
+                 "_hirs_count", "_s_bytes", "_extra", "_ghost_hit", "departures",
                  "_admitted")
 
     def __init__(self, capacity: int, *, hirs_ratio: float = 0.01,
@@ -66,7 +65,6 @@ class LIRS(EvictionPolicy):
         self._q: OrderedDict[Key, int] = OrderedDict()  # key -> size
         self._nh: OrderedDict[Key, int] = OrderedDict()  # key -> size
         self._lirs_count = self._hirs_count = self._s_bytes = 0
-        self._evicted: list[Key] = []
         #: resident blocks in neither the LIR set nor Q (see the module docstring)
         self._extra: OrderedDict[Key, int] = OrderedDict()
         self._ghost_hit = False
@@ -236,13 +234,6 @@ class LIRS(EvictionPolicy):
         if not self._evicted:
             self._evict_hir()
         return self._evicted.pop(0)
-
-    def drain_evicted(self) -> Sequence[Key]:
-        if not self._evicted:
-            return ()
-        out = self._evicted
-        self._evicted = []
-        return out
 
     def on_remove(self, key: Key) -> None:
         """libCacheSim's ``LIRS_remove``: a removed LIR block leaves S (then S is pruned);

@@ -34,13 +34,13 @@ import math
 import random
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import xxhash
 
 from aicache.errors import BadInput
 from aicache.native import mypyc_attr
-from aicache.policies.base import EvictionPolicy, Key
+from aicache.policies.base import Key, SelfEvicting
 
 _M64 = (1 << 64) - 1
 _P1 = 0x9E3779B185EBCA87
@@ -105,12 +105,11 @@ class CountingBloomFilter:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
-class WTinyLFU(EvictionPolicy):
+class WTinyLFU(SelfEvicting):
     name = "wtinylfu"
     sees_misses = True
-    self_evicting = True
     __slots__ = ("window_cap", "main_cap", "seg_cap", "_window", "_window_used", "_segs",
-                 "_seg_used", "_sketch", "_main_hits", "_decay_every", "_evicted")
+                 "_seg_used", "_sketch", "_main_hits", "_decay_every")
 
     def __init__(self, capacity: int, *, window_size: float = 0.01,
                  rng: random.Random | None = None) -> None:
@@ -130,7 +129,6 @@ class WTinyLFU(EvictionPolicy):
         self._sketch = CountingBloomFilter(self.main_cap)
         self._main_hits = 0
         self._decay_every = 32 * self.main_cap
-        self._evicted: list[Key] = []
 
     # -- the SLRU main cache --------------------------------------------------------------
     def _main_victim(self) -> Key:
@@ -237,13 +235,6 @@ class WTinyLFU(EvictionPolicy):
                 self._evicted.append(key)
             sketch.add(key)
         return self._evicted.pop(0)
-
-    def drain_evicted(self) -> Sequence[Key]:
-        if not self._evicted:
-            return ()
-        out = self._evicted
-        self._evicted = []
-        return out
 
     def on_remove(self, key: Key) -> None:
         if key in self._evicted:
