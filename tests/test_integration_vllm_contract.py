@@ -17,6 +17,7 @@ from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
+from vllm.v1.kv_offload.tiering.base import TransferJob
 from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 
 from aicache.integrations.vllm.policy import SariaLRUHostPolicy, SessionAdaptiveHostPolicy
@@ -241,6 +242,44 @@ def test_corrupt_block_is_a_miss_never_wrong_bytes(tmp_path):
     assert h.get(keys(0, 2))[0] == [MISS]  # forgotten: a miss from now on
     removed = [k for e in tier.take_events() if e.removed for k in e.keys]
     assert key(0) in removed
+    h.close()
+
+
+def test_partial_load_reports_each_chunk_and_never_wrong_bytes(tmp_path):
+    """One load job of three chunks whose second fails its checksum: the result names the
+    first and third as loaded (vLLM's ``successful_keys``), their rows hold the stored bytes,
+    and the second is forgotten (a removed event, a miss from then on), never served."""
+    h = Host(4, saria(tmp_path, admission="full-duplicate"))
+    data: dict = {}
+    flush(h, 0, 3, data)
+    flush(h, 10, 4, data)  # chunks 0-2 leave DRAM: only the SSD tier holds them
+    tier: SariaSSDTier = h.tier  # type: ignore[assignment]
+    want = data[key(1)].tobytes()
+    flipped = 0
+    for slab in tier._chunks.store.ssd.iter_slabs():  # flip a byte of chunk 1's payload only
+        raw = bytearray(slab.read_bytes())
+        for off in range(0, len(raw), SLOT):
+            body = off + HEADER_BYTES
+            if raw[off:off + 8] == b"AICKVBLK" and raw[body:body + ROW] == want:
+                raw[body + 7] ^= 0xFF
+                flipped += 1
+        slab.write_bytes(bytes(raw))
+    assert flipped == 1
+    ks = keys(0, 3)
+    rows = tier._rows
+    rows[:3] = 0
+    job = TransferJob(job_id=10**6, keys=ks, chunk_ids=np.arange(3), is_promotion=True,
+                      req_context=ReqContext(req_id="partial"))
+    tier.submit_load(job)
+    tier.drain_jobs()
+    (res,) = [r for r in tier.get_finished_jobs() if r.job_id == job.job_id]
+    assert not res.success and list(res.successful_keys or ()) == [key(0), key(2)]
+    assert np.array_equal(rows[0], data[key(0)]) and np.array_equal(rows[2], data[key(2)])
+    assert tier.metrics()["load_failures"] == 1 and tier.metrics()["chunks_loaded"] == 2
+    removed = [k for e in tier.take_events() if e.removed for k in e.keys]
+    assert removed == [key(1)]
+    ctx = ReqContext(req_id="after")
+    assert [tier.lookup(k, ctx) for k in ks] == [HIT, MISS, HIT]
     h.close()
 
 
