@@ -274,6 +274,11 @@ def main() -> None:
             except BadInput as e:
                 sys.stderr.write(f"vllm_tier: --admission {name}: {e}\n")
                 sys.exit(2)
+    try:
+        replay_of(a)  # a bad trace fails here, before any engine starts
+    except BadInput as e:
+        sys.stderr.write(f"vllm_tier: {e}\n")
+        sys.exit(2)
     systems = ["none", "fs"] + [f"saria:{n}" for n in a.admission]
     # Arms run side by side (one process each), so all of them see the same load on a
     # shared machine and TTFT ratios compare like with like; the oracle needs fs's
