@@ -9,8 +9,10 @@ setup:
 demo: setup
 	.venv/bin/aicache demo
 
+# AICACHE_EXPECT_COMPILED: the install must have compiled the hot path (a silent pure
+# fallback fails tests/test_native_build.py)
 test: setup
-	.venv/bin/python -m pytest -q
+	AICACHE_EXPECT_COMPILED=1 .venv/bin/python -m pytest -q
 
 # the lockstep and contract tests on the pure-Python path (the default run uses the
 # compiled hot path where the install built it; see aicache.native)
