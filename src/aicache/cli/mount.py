@@ -17,6 +17,7 @@ import socket
 import stat
 from typing import Any
 
+from aicache.cli.chiron_flags import add_gate_prompt_args, check_prompt_advisor, gate_params, prompted_advisor
 from aicache.errors import BadInput
 
 
@@ -82,6 +83,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
                    help="chiron's executor set: ours (default) or seed (the seed's table; docs/design/chiron.md); "
                         "seed = --policy chiron-seed")
+    add_gate_prompt_args(p)
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                    help="storage option for the remote filesystem (repeatable)")
     p.add_argument("--verify-checksum", default="stat", choices=("full", "stat", "none"),
@@ -276,9 +278,26 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
         if args.policy not in ("chiron", "chiron-seed"):
             raise BadInput(f"--executors applies to --policy chiron, not {args.policy!r}")
         args.policy = "chiron-seed" if args.executors == "seed" else "chiron"
-    make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed).close()
+    check_prompt_advisor(args.advisor, args.prompt)
+    make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed,
+                       **gate_params(args.gate, args.policy, "--policy")).close()
     return size, EngineParams(block_size=block, seed=args.seed, verify=args.verify_checksum,
                               metadata_ttl_s=ttl, cache_mode=mode, free_space_ratio=ratio)
+
+
+def engine_policy(args: argparse.Namespace, size: int, block_size: int) -> tuple[Any, Any]:
+    """(policy, advisor) for the engine (after :func:`engine_config`): the names as given, or,
+    with ``--gate``/``--prompt``, the advisor and the system built with them. Build it in the
+    process that serves the mount (after a background mount forks): Chiron's advisor runs on
+    a thread of its own."""
+    from aicache.datacache.engine import make_engine_system
+
+    advisor = prompted_advisor(args.advisor, args.prompt, args.seed)
+    params = gate_params(args.gate, args.policy, "--policy")
+    if not params:
+        return args.policy, advisor
+    return make_engine_system(args.policy, size, block_size, advisor=advisor, seed=args.seed,
+                              **params), advisor
 
 
 class CsvRecorder:
@@ -343,10 +362,11 @@ def run(args: argparse.Namespace) -> int:
         # connections) belongs to the parent; fsspec builds a fresh one for this process
         fs, root = open_remote(args.remote_url, options)
         _quiet_once_mounted(mp)
+    policy, advisor = engine_policy(args, size, params.block_size)
     recorder = CsvRecorder(args.record) if args.record else None
     try:
         mount(fs, root, mp, cache_dir=os.path.abspath(args.cache_dir), cache_size=size,
-              policy=args.policy, advisor=args.advisor, params=params,
+              policy=policy, advisor=advisor, params=params,
               foreground=True, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
               direct_io=args.direct_io, fuse_api=args.fuse_api, allow_other=args.allow_other,

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
                  "--verify-checksum", args.verify_checksum, "--metadata-ttl", str(args.metadata_ttl),
                  "--foreground", "--record", out]
     for flag, value in (("--advisor", args.advisor), ("--endpoint-url", args.endpoint_url),
-                        ("--region", args.region), ("--log-level", args.log_level)):
+                        ("--region", args.region), ("--log-level", args.log_level),
+                        ("--gate", args.gate), ("--prompt", args.prompt)):
         if value:
             mount_cmd += [flag, value]
     for o in args.option:

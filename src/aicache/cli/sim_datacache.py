@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aicache.cli.chiron_flags import CHIRON_SYSTEMS, add_gate_prompt_args, gate_params, prompted_advisor
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -28,14 +30,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="e.g. 1GiB or 25%% of the dataset (default: the workload's seed budget)")
     p.add_argument("--advisor", default="statistical", metavar="SPEC",
                    help="chiron's advisor: statistical (default), openai, oracle, noisy:P, replay:FILE, record:FILE")
-    p.add_argument("--prompt", default=None, choices=("aicache", "seed"),
-                   help="system prompt of an LLM advisor: aicache (ours, default) or seed (the published design's, verbatim)")
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
                    help="chiron's executor set: ours (default) or seed (the published executor table, docs/design/chiron.md: eager "
                         "removes a block once read, LRU for skewed, no prefetch for random)")
-    p.add_argument("--gate", default=None, choices=("aicache", "seed"),
-                   help="chiron's gate: aicache (default: confidence + an evidence check of the advice against "
-                        "the recorded accesses) or seed (the published design's confidence gate alone)")
+    add_gate_prompt_args(p)
     p.add_argument("--hit-ms", type=float, default=None, help="hit latency in ms (default 2)")
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,
@@ -58,25 +56,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         wl = workload_from_trace(args.trace, workers=args.workers, fmt=args.format)
     bw = None if args.remote_mibps is None else args.remote_mibps * (1 << 20)
-    advisor = args.advisor
-    if args.prompt is not None:
-        from aicache.adaptive.advisor.registry import make_advisor
-
-        base = advisor.split(":", 1)[0]
-        record_inner = advisor.split(":", 2)[2] if base == "record" and advisor.count(":") >= 2 else "openai"
-        if base not in ("openai", "record") or record_inner.split(":", 1)[0] != "openai":
-            raise BadInput(f"--prompt applies to the openai advisor (or record:FILE over it), not {advisor!r}; "
-                           "a replay uses the prompt its transcript was recorded with")
-        advisor = make_advisor(advisor, seed=args.seed, prompt=args.prompt)
-    system_params: dict[str, Any] = {}
+    advisor = prompted_advisor(args.advisor, args.prompt, args.seed)
+    system_params = gate_params(args.gate, args.system, "--system")
     if args.executors is not None:
-        if args.system not in ("chiron", "chiron-seed"):
+        if args.system not in CHIRON_SYSTEMS:
             raise BadInput(f"--executors applies to --system chiron, not {args.system!r}")
         system_params["executors"] = args.executors
-    if args.gate is not None:
-        if args.system not in ("chiron", "chiron-seed"):
-            raise BadInput(f"--gate applies to --system chiron, not {args.system!r}")
-        system_params["gate_mode"] = args.gate
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
                              miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed,
                              system_params=system_params)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     import fsspec
 
-    from aicache.cli.mount import check_cache_dir, engine_config, remote_options_of
+    from aicache.cli.mount import check_cache_dir, engine_config, engine_policy, remote_options_of
     from aicache.cli.output import emit
     from aicache.progress import progress
     from aicache.datacache.budget import recorded_budget
@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     B = params.block_size
     t0 = time.monotonic()
     cached = fetched = 0
-    with CacheEngine(fs, cache_dir, size, policy=args.policy, params=params) as engine, \
+    policy = engine_policy(args, size, params.block_size)[0]
+    with CacheEngine(fs, cache_dir, size, policy=policy, params=params) as engine, \
             progress(total, "warmup") as bar:
         def warm(path: str) -> tuple[int, int]:
             meta = engine.stat(path)

@@ -338,13 +338,14 @@ class SystemDriver(Generic[K]):
 
 
 def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
-                       advisor: object = None, seed: int = 0) -> DataCacheSystem:
+                       advisor: object = None, seed: int = 0, **params: object) -> DataCacheSystem:
     """A system for a real engine, by name (:func:`~aicache.datacache.policy.registry.make_system`:
-    chiron, juicefs, ``lru+stride``, a bare eviction name…) or as given. Chiron's advisor
-    runs on its own thread in a real engine (never on the read path)."""
+    chiron, juicefs, ``lru+stride``, a bare eviction name…; ``params`` go to its factory,
+    e.g. Chiron's ``gate_mode``) or as given. Chiron's advisor runs on its own thread in a
+    real engine (never on the read path)."""
     if isinstance(policy, DataCacheSystem):
         return policy
     extra = {"runner": "thread"} if policy in ("chiron", "chiron-seed") else {}
     return make_system(policy, capacity, block_size,
                        advisor=advisor if advisor is not None else "statistical", seed=seed,
-                       **extra)
+                       **extra, **params)
