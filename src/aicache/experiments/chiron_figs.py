@@ -438,6 +438,8 @@ class Statistics(ChironArms):
         return out
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
         ok = completed(rows)
         table, goals = [], []
         for r in ok:
@@ -455,8 +457,15 @@ class Statistics(ChironArms):
                               "met": f_on > f_off and on[0]["CHR"] > off[0]["CHR"],
                               "value": f"F1 {f_off:.2f} -> {f_on:.2f} ({_pct(f_off, f_on) if f_on else float('nan'):+.0f}% without), "
                                        f"CHR {off[0]['CHR']:.3f} -> {on[0]['CHR']:.3f}"})
+        bars = [{"advisor": t["advisor"], "statistics": f"statistics {t['statistics']}",
+                 "diagnosis F1": t["diagnosis F1"], "CHR": t["CHR"]} for t in table]
+        figs = [Figure(bar_chart(bars, "advisor", y, "statistics", Path(outdir) / f"statistics_{stem}.png",
+                                 title=f"{y} with and without structured statistics (W3)", ylabel=y),
+                       f"{y} by advisor, the runtime prompt's statistics on/off (Fig. 14a {side}).")
+                for y, stem, side in (("diagnosis F1", "f1", "left"), ("CHR", "chr", "right"))
+                if any(b[y] is not None for b in bars)]
         return ReportSection(
-            title=self.title, goals=goals,
+            title=self.title, goals=goals, figures=figs,
             tables=[Table("W3 with and without structured statistics", table,
                           note="The statistical advisor decides from the statistics whichever way the prompt is "
                                "built (its 'off' row shows only the prompt saved). "
@@ -528,6 +537,8 @@ class Theta(ChironArms):
                  "theta": th, "chiron": {"theta": th}} for th in (0.10, 0.18, 0.20, 0.40)]
 
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
+        from aicache.experiments.plots import bar_chart
+
         ok = sorted(completed(rows), key=lambda r: r["theta"])
         table = [{"theta": r["theta"], "feedback-triggered reviews": r.get("reviews[chr anomaly]"),
                   "all reviews": r["advisor_calls"], "mean recovery (s)": r.get("recovery_s_mean"),
@@ -541,8 +552,16 @@ class Theta(ChironArms):
                           and lo["tokens"] >= hi["tokens"] and abs(lo["CHR"] - hi["CHR"]) <= 0.02,
                           "value": f"reviews {hi['feedback-triggered reviews']} -> {lo['feedback-triggered reviews']}, "
                                    f"tokens {hi['tokens']} -> {lo['tokens']}, CHR {hi['CHR']:.3f} -> {lo['CHR']:.3f}"})
+        figs = [Figure(bar_chart(table, "theta", y, None, Path(outdir) / f"theta_{stem}.png",
+                                 title=f"{y} by reflection threshold theta (W1)", ylabel=y),
+                       f"{y} at theta 0.10/0.18/0.20/0.40 (Fig. 17 {what}).")
+                for y, stem, what in (("feedback-triggered reviews", "reviews", "left: feedback reviews"),
+                                      ("mean recovery (s)", "recovery", "middle: recovery time"),
+                                      ("tokens", "tokens", "right: token cost"))
+                if any(t[y] is not None for t in table)]
         return ReportSection(
-            title=self.title, goals=goals, tables=[Table("W1: theta sweep (0.18 = default)", table)],
+            title=self.title, goals=goals, figures=figs,
+            tables=[Table("W1: theta sweep (0.18 = default)", table)],
             description=("W1 at the seed's size, statistical advisor, tokens = the prompts an LLM would have been "
                          "sent. Feedback here watches the round's CHR and, beyond the seed, its access shape "
                          "(small-step and reuse shares) with the same theta. Difference from the seed: its "
