@@ -559,11 +559,7 @@ class ChironSystem(DataCacheSystem):
             # older part of the window may still be stale
             trigger = TRIGGER_CHR_ANOMALY
         window = tuple(u.window)
-        ctx = ReviewContext(
-            trigger=trigger, previous_state=u.state, previous_pattern=u.pattern,
-            older_prefix_may_be_stale=(trigger == TRIGGER_CHR_ANOMALY or u.state == "transition"),
-            recent_tail_length=tail_length(len(window)),
-        )
+        ctx = ReviewContext.for_review(trigger, u.state, u.pattern, len(window))
         stats = analyze(window) if self.params.statistics else {}
         self.advisor_calls += 1
         req = DiagnosisRequest(u.name, window, stats, ctx)
