@@ -239,6 +239,23 @@ def test_published_results_without_cells_log_report_the_same_rows(
     assert f"{lru['miss_ratio']:.4g}" in html and "(no rows)" not in html
 
 
+def test_stored_only_over_published_results_keeps_them(
+        quick_run: RunResult, tmp_path: Path) -> None:
+    """``--stored-only`` over a published folder (no ``cells.jsonl``) reports its rows and
+    rewrites its results file with the same rows, not an empty one."""
+    import shutil
+
+    from aicache.experiments.runner import load_rows
+
+    pub = tmp_path / "pub"
+    shutil.copytree(quick_run.out_dir, pub / NAME)
+    (pub / NAME / "cells.jsonl").unlink()
+    res = run_experiment(NAME, quick=True, out=pub, stored_only=True, progress=False)
+    assert res.ran == 0 and by_key(res.rows) == by_key(quick_run.rows)
+    rows, _ = load_rows(pub, NAME)
+    assert by_key(rows) == by_key(quick_run.rows)
+
+
 def test_select_cells_filters_and_rejects_bad_filters() -> None:
     cells = [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "x"}]
     assert select_cells(cells, {"b": "x"}) == [cells[0], cells[2]]

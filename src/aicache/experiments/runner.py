@@ -521,6 +521,10 @@ def run_experiment(
     t0 = time.perf_counter()
     with _exclusive(exp_dir):
         stored = store.load(repair=True)
+        if stored_only and not stored:
+            # a published folder ships results.parquet, not the append log: its rows are
+            # the stored cells (without this the rewrite below would empty the results)
+            stored = _rows_from_results(exp_dir)
         if stored_only:
             got = [k for k in keys if k in stored and "_error" not in stored[k]]
             if not got:
