@@ -12,6 +12,10 @@ minutes apart). Each request's ``hash_ids`` (one per 512-token block, chained by
 tokens), cut to the first ``--max-blocks`` blocks (a cut keeps prefixes), plus a
 per-request tail of ``input_length mod 512`` scaled tokens. Requests run one at a time
 in trace order; timestamps give the order, not the pacing.
+``--workload agent`` replays the simulator's ``agent`` generator instead (the sessions of
+``aicache sim kv --workload agent --seed N``, ``--seed``): one session in ``--sample``
+(default 20: 18 sessions, 322 requests at seed 5) by a hash of its index, mapped to blocks
+exactly as the Mooncake slice (its block ids are chained 512-token blocks too), same cap.
 ``--workload sessions`` is a small synthetic multi-turn replay (``--sessions`` × ``--turns``
 interleaved round robin) whose chunks are nearly all reused.
 
@@ -45,6 +49,7 @@ record, run in a second round. Ratios are against ``fs``; ``recompute_over_load`
 TTFT over ``fs``'s (how much more a prefix costs to recompute than to load).
 
     python benchmarks/vllm_tier.py [--sample 8] [--admission E2 --admission oracle] [--json]
+    python benchmarks/vllm_tier.py --workload agent --seed 5 --json
 """
 
 from __future__ import annotations
@@ -78,10 +83,7 @@ class Replay:
 
 def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
              seed: int) -> Replay:
-    import numpy as np
-
     from aicache.errors import BadInput
-    from aicache.integrations.vllm.tiny_model import VOCAB
     try:
         rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
     except (OSError, ValueError) as e:
@@ -89,11 +91,41 @@ def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
     rows.sort(key=lambda r: r["timestamp"])
     rows = [r for r in rows if r["hash_ids"] and _mix(int(r["hash_ids"][0])) % sample == 0]
     rows = rows[:requests] if requests else rows
+    span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000.0 if rows else 0.0
+    return _blocks_replay([([int(h) for h in r["hash_ids"]], int(r["input_length"]))
+                           for r in rows], 512, span, max_blocks, seed)
+
+
+def agent(seed: int, sample: int, requests: int | None, max_blocks: int) -> Replay:
+    """The simulator's ``agent`` generator (``aicache sim kv --workload agent``, all 350
+    sessions of ``seed``): the sessions whose index hashes to 0 mod ``sample``, their
+    requests in timestamp order (capped at ``requests``), mapped as the Mooncake slice is.
+    Sessions are sampled by index, not by first block: every session starts with one of
+    four shared system prompts."""
+    from aicache.traces.gen_agent import generate_agent
+    rows = [r for r in generate_agent(seed=seed)
+            if _mix(int(str(r.session_id).rsplit("-", 1)[1])) % sample == 0 and r.hash_ids]
+    rows = rows[:requests] if requests else rows
+    span = rows[-1].timestamp - rows[0].timestamp if rows else 0.0
+    bt = rows[0].block_tokens if rows else 512
+    return _blocks_replay([(r.hash_ids, r.input_length) for r in rows], bt, span,
+                          max_blocks, seed)
+
+
+def _blocks_replay(reqs: list[tuple[list[int], int]], block_tokens: int, span_s: float,
+                   max_blocks: int, seed: int) -> Replay:
+    """Chained block ids (one per ``block_tokens`` trace tokens) to prompts: each id becomes
+    one ``BLOCK``-token vLLM block of tokens fixed by (seed, id), cut to the first
+    ``max_blocks`` (a cut keeps prefixes), plus a per-request tail of ``input_length mod
+    block_tokens`` tokens at the same scale."""
+    import numpy as np
+
+    from aicache.integrations.vllm.tiny_model import VOCAB
     memo: dict[int, list[int]] = {}
     nodes: set[tuple[int, ...]] = set()
     prompts: list[list[int]] = []
-    for i, r in enumerate(rows):
-        ids = [int(h) for h in r["hash_ids"][:max_blocks]]
+    for i, (hash_ids, input_length) in enumerate(reqs):
+        ids = hash_ids[:max_blocks]
         toks: list[int] = []
         for j, h in enumerate(ids):
             t = memo.get(h)
@@ -101,11 +133,10 @@ def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
                 t = memo[h] = np.random.default_rng([seed, h]).integers(3, VOCAB, BLOCK).tolist()
             toks += t
             nodes.add(tuple(ids[: j + 1]))
-        tail = max(1, (int(r["input_length"]) % 512) * BLOCK // 512)
+        tail = max(1, (input_length % block_tokens) * BLOCK // block_tokens)
         toks += np.random.default_rng([seed, 1 << 40, i]).integers(3, VOCAB, tail).tolist()
         prompts.append(toks)
-    span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000.0 if rows else 0.0
-    return Replay(prompts, len(nodes), max(span, 1.0))
+    return Replay(prompts, len(nodes), max(span_s, 1.0))
 
 
 def _mix(x: int) -> int:
@@ -133,6 +164,8 @@ def sessions(n: int, turns: int, first: int, new: int, seed: int) -> Replay:
 def replay_of(a: argparse.Namespace) -> Replay:
     if a.workload == "mooncake":
         return mooncake(Path(a.trace), a.sample, a.requests, a.max_blocks, a.seed)
+    if a.workload == "agent":
+        return agent(a.seed, a.sample, a.requests, a.max_blocks)
     return sessions(a.sessions, a.turns, a.first_chunks, a.new_chunks, a.seed)
 
 
@@ -236,9 +269,10 @@ def _ratio(x: float, y: float) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=("mooncake", "sessions"), default="mooncake")
+    ap.add_argument("--workload", choices=("mooncake", "agent", "sessions"), default="mooncake")
     ap.add_argument("--trace", default=str(_default_trace()))
-    ap.add_argument("--sample", type=int, default=8)
+    ap.add_argument("--sample", type=int, default=None,
+                    help="keep 1 conversation in N (default 8 on mooncake, 20 on agent)")
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--max-blocks", type=int, default=48)
     ap.add_argument("--sessions", type=int, default=6)
@@ -262,6 +296,11 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, metavar=("SYSTEM", "WORKDIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.admission = a.admission or ["E2", "oracle"]
+    if a.sample is None:
+        a.sample = 20 if a.workload == "agent" else 8
+    if a.sample < 1:
+        sys.stderr.write(f"vllm_tier: --sample {a.sample} must be a positive integer\n")
+        sys.exit(2)
     if a.child:
         print("RESULT " + json.dumps(child(a.child[0], Path(a.child[1]), a)))
         return
