@@ -93,7 +93,25 @@ class SSDAdmission(Protocol):
                  attrs: RequestAttrs | None) -> None: ...
 
 
-class RuleAdmission:
+class IgnoresEvents:
+    """The :class:`SSDAdmission` event hooks for a policy that decides from the node alone
+    (``E_b``/``R_b``, or an oracle's counts fixed in advance): it learns nothing from
+    references, writes or stores."""
+
+    __slots__ = ()
+
+    def on_reference(self, node: RadixNode, now: float) -> None:
+        return None
+
+    def on_write(self, node: RadixNode, size: int, now: float) -> None:
+        return None
+
+    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
+                 attrs: RequestAttrs | None) -> None:
+        return None
+
+
+class RuleAdmission(IgnoresEvents):
     """The seed's rule as an :class:`SSDAdmission`: at eviction ``admit(E_b, R_b)``;
     prewrite when ``R_b`` reached θ_R or ``E_b + 1`` would qualify."""
 
@@ -112,18 +130,8 @@ class RuleAdmission:
     def prewrite_at_store(self, node: RadixNode, now: float) -> bool:
         return self.rule.prewrite_due(node.E, node.R)
 
-    def on_reference(self, node: RadixNode, now: float) -> None:
-        return None
 
-    def on_write(self, node: RadixNode, size: int, now: float) -> None:
-        return None
-
-    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
-                 attrs: RequestAttrs | None) -> None:
-        return None
-
-
-class OracleAdmission:
+class OracleAdmission(IgnoresEvents):
     """Persist exactly the blocks some later request will reference.
 
     At a block's DRAM eviction the oracle writes it to SSD iff a request that has not
@@ -194,16 +202,6 @@ class OracleAdmission:
 
     def prewrite_at_store(self, node: RadixNode, now: float) -> bool:
         return False
-
-    def on_reference(self, node: RadixNode, now: float) -> None:
-        return None
-
-    def on_write(self, node: RadixNode, size: int, now: float) -> None:
-        return None
-
-    def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
-                 attrs: RequestAttrs | None) -> None:
-        return None
 
 
 # ----------------------------------------------------------------- learned admission
