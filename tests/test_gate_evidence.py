@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from aicache.adaptive.advisor.base import PATTERNS, Advice, DiagnosisRequest
-from aicache.adaptive.advisor.oracle import TruthAdvisor
+from aicache.adaptive.advisor.oracle import OracleAdvisor
 from aicache.adaptive.advisor.statistical import StatisticalAdvisor, score_sequence
 from aicache.adaptive.analyzer import tail_length
 from aicache.adaptive.controller import ChironParams
@@ -143,19 +143,18 @@ def _ctx(stale: bool) -> Any:
 RUNS = (("W1", 0.05), ("W2", 0.1), ("W3", 0.05))
 
 
-class AlwaysWrong(TruthAdvisor):
+class AlwaysWrong(OracleAdvisor):
     """Names the pattern after the true one (a wrong one every time) at confidence 1.0: the
     worst advisor the confidence gate can meet, since it never looks unsure."""
 
     name = "always-wrong"
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
-        self.counters.calls += 1
-        truth = self._label(request)
+        truth = super().advise(request)
         if truth is None:
-            self.counters.error("no true label")
             return None
-        return Advice(PATTERNS[(PATTERNS.index(truth) + 1) % len(PATTERNS)], 1.0, "always wrong")
+        wrong = PATTERNS[(PATTERNS.index(truth.pattern) + 1) % len(PATTERNS)]
+        return Advice(wrong, 1.0, "always wrong")
 
 
 def _chiron(workload: str, scale: float, advisor: Any, gate: str, seed: int = 0) -> dict[str, Any]:
