@@ -52,7 +52,6 @@ def test_mount_gate_reaches_the_engines_controller(tmp_path: Path, gate: str | N
 
 def test_mount_prompt_reaches_the_engines_advisor(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("openai")
     monkeypatch.setenv("AICACHE_OPENAI_MODEL", "a-model")  # no request is made
     monkeypatch.setenv("AICACHE_OPENAI_BASE_URL", "http://127.0.0.1:9")
     engine, advisor = _engine(tmp_path, "--advisor", "openai", "--prompt", "seed")

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from aicache.native import COMPILED, PURE_ENV, compiled_modules, stale_sources
 
 EXPECT_ENV = "AICACHE_EXPECT_COMPILED"
 
 
-@pytest.mark.skipif(os.environ.get(EXPECT_ENV) != "1",
-                    reason=f"{EXPECT_ENV}=1 (set by make test) asks for the compiled build")
 def test_the_install_compiled_every_hot_path_module() -> None:
+    if os.environ.get(EXPECT_ENV) != "1":
+        # a plain pytest may run either path, but never a mix of compiled and pure modules
+        assert compiled_modules() in ([], list(COMPILED))
+        return
     assert os.environ.get(PURE_ENV) != "1", f"{PURE_ENV}=1 contradicts {EXPECT_ENV}=1"
     assert stale_sources() == [], "extensions older than their sources: reinstall (make setup)"
     assert compiled_modules() == list(COMPILED)

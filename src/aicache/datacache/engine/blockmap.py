@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aicache.datacache.engine.meta import FileMeta, file_meta
@@ -85,24 +85,12 @@ class BlockMapping:
                 entries = self._remote(self.target.ls, parent or "/", detail=True)
             except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
                 entries = []
-            files = []
+            files: list[tuple[str, int]] = []
             with self._lock:
                 if parent not in self._listed:
                     self._listed.add(parent)
-                    for e in entries:
-                        if e.get("type") != "file":
-                            continue
-                        name = self.target._strip_protocol(e["name"])
-                        try:
-                            m = file_meta(self.versions, name, e)
-                        except FileNotFoundError:  # gone since it was listed
-                            continue
-                        self._meta.setdefault(name, (m, asked))
-                        files.append((name, m.size))
-            if files:
-                for path, (base, n) in self.policy.register(files).items():
-                    self._bases[path] = base
-                    self._nblocks[path] = n
+                    files = self._adopt_listing(((e.get("name", ""), e) for e in entries), asked)
+            self._register(files)
         n = max(1, math.ceil(meta.size / self.block_size))
         if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
             base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
@@ -118,22 +106,35 @@ class BlockMapping:
             found = self._remote(self.target.find, self._root, detail=True)
         except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
             found = {}
-        files = []
         with self._lock:
             if self._root in self._listed:
                 return
             self._listed.add(self._root)
-            for name, e in found.items():
-                if e.get("type") != "file":
-                    continue
-                name = self.target._strip_protocol(name)
-                try:
-                    m = file_meta(self.versions, name, e)
-                except FileNotFoundError:  # gone since it was listed
-                    continue
-                self._meta.setdefault(name, (m, asked))
-                files.append((name, m.size))
+            files = self._adopt_listing(found.items(), asked)
+            for name, _ in files:
                 self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
+        self._register(files)
+
+    def _adopt_listing(self, entries: Iterable[tuple[str, dict[str, Any]]],
+                       asked: float) -> list[tuple[str, int]]:
+        """Cache the metadata of the files among listing ``entries`` (name, detail) seen at
+        ``asked``, keeping fresher entries already cached; their (path, size). Caller holds
+        ``_lock``."""
+        files: list[tuple[str, int]] = []
+        for name, e in entries:
+            if e.get("type") != "file":
+                continue
+            name = self.target._strip_protocol(name)
+            try:
+                m = file_meta(self.versions, name, e)
+            except FileNotFoundError:  # gone since it was listed
+                continue
+            self._meta.setdefault(name, (m, asked))
+            files.append((name, m.size))
+        return files
+
+    def _register(self, files: list[tuple[str, int]]) -> None:
+        """Give ``files`` (path, size) their block ranges in the policy's block map."""
         if files:
             for path, (base, n) in self.policy.register(files).items():
                 self._bases[path] = base
