@@ -1,9 +1,10 @@
 """Per-decision cost of SAECache vs LRU in the prefix-cache simulator, measured in one run.
 
-    python benchmarks/saecache_overhead.py [--workloads chat,arena,tool,mix] [--repeats 5]
-        [--capacity 10] [--seed 1] [--json] [--profile]
+    python benchmarks/saecache_overhead.py [--policy saecache] [--workloads chat,arena,tool,mix]
+        [--repeats 5] [--capacity 10] [--seed 1] [--json] [--profile]
 
-Both policies replay the same requests (generated once), interleaved LRU, SAECache, LRU,
+``--policy`` names the prefix-cache policy set against LRU (any of the prefix registry's:
+``saecache``, ``saecache-reuse``, ``saecache-seed``, …). Both policies replay the same requests (generated once), interleaved LRU, SAECache, LRU,
 … ``--repeats`` times; the best (minimum) wall time of each is kept, which is the usual
 way to take timing noise from other processes on a shared machine out of a ratio (the
 ``paired`` column is the median of each round's own SAECache/LRU ratio, steadier when the
@@ -13,9 +14,9 @@ core does not count. A
 decision is one policy call (hit, insert or victim); µs/decision includes the simulator's
 own per-block work, which both policies share. Prints one row per workload and the ratio.
 Both policies run compiled where the install built the hot path (``aicache.native``:
-SAECache and LRUPrefix are in the compiled set) and pure with ``AICACHE_PURE_PYTHON=1``;
-the first line says which. ``--profile`` prints SAECache's cProfile top entries for the
-first workload.
+LRUPrefix and the SAECache variants are in the compiled set) and pure with
+``AICACHE_PURE_PYTHON=1``; the first line says which (the measured policy's module).
+``--profile`` prints the policy's cProfile top entries for the first workload.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 SESSIONS = {"chat": 1000, "arena": 3000, "tool": 300, "mix": 1000}
 
 
-def measure(workload: str, repeats: int, capacity: float, seed: int) -> dict[str, float]:
+def measure(workload: str, policy: str, repeats: int, capacity: float, seed: int) -> dict[str, float]:
     from aicache.sim.prefix import load_requests, simulate
 
     reqs, _ = load_requests(workload=workload, sessions=SESSIONS[workload], seed=seed)
@@ -37,25 +38,26 @@ def measure(workload: str, repeats: int, capacity: float, seed: int) -> dict[str
     pair_ratios: list[float] = []
     for _ in range(repeats):
         round_us: dict[str, float] = {}
-        for pol in ("lru", "saecache"):
+        for pol in ("lru", policy):
             r = simulate(reqs, pol, f"{capacity}%", seed=seed)
             us = 1e6 * r.cpu_seconds / max(1, r.decisions)
             best[pol] = min(best.get(pol, us), us)
             decisions[pol] = r.decisions
             round_us[pol] = us
-        pair_ratios.append(round_us["saecache"] / round_us["lru"])
-    return {"lru_us": best["lru"], "saecache_us": best["saecache"],
-            "ratio": best["saecache"] / best["lru"],
+        pair_ratios.append(round_us[policy] / round_us["lru"])
+    return {"lru_us": best["lru"], "policy_us": best[policy],
+            "ratio": best[policy] / best["lru"],
             # each round's own ratio (the two runs are back to back, so a machine that
             # slows down for a while slows both): the median is the steadier number when
             # the load changes during the benchmark and the best times come from
             # different load levels
             "pair_ratio_median": statistics.median(pair_ratios),
-            "decisions": decisions["saecache"]}
+            "decisions": decisions[policy]}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default="saecache", help="prefix-cache policy measured against LRU")
     ap.add_argument("--workloads", default="chat,arena,tool,mix")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--capacity", type=float, default=10.0)
@@ -68,21 +70,28 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"unknown workload {bad[0]!r}; choose from {', '.join(SESSIONS)}", file=sys.stderr)
         return 2
-    from aicache.native import compiled_modules
+    from aicache.kv.prefix_policies import PREFIX_POLICIES
+    from aicache.native import is_compiled
 
-    path = "compiled" if "aicache.kv.saecache" in compiled_modules() else "pure"
-    rows = {w: measure(w, a.repeats, a.capacity, a.seed) for w in wls}
+    if a.policy not in PREFIX_POLICIES or a.policy == "lru":
+        names = ", ".join(n for n in PREFIX_POLICIES.names() if n != "lru")
+        print(f"unknown --policy {a.policy!r}; choose from {names}", file=sys.stderr)
+        return 2
+    factory = PREFIX_POLICIES.get(a.policy)
+    module = sys.modules[getattr(factory, "func", factory).__module__]  # a partial: its func
+    path = "compiled" if is_compiled(module) else "pure"
+    rows = {w: measure(w, a.policy, a.repeats, a.capacity, a.seed) for w in wls}
     worst = max(m["ratio"] for m in rows.values())
     worst_paired = max(m["pair_ratio_median"] for m in rows.values())
     if a.json:
-        print(json.dumps({"path": path, "repeats": a.repeats, "capacity_pct": a.capacity,
+        print(json.dumps({"policy": a.policy, "path": path, "repeats": a.repeats, "capacity_pct": a.capacity,
                           "workloads": rows, "worst_ratio": worst,
                           "worst_paired_ratio": worst_paired}))
     else:
-        print(f"SAECache and LRU run {path}")
-        print(f"{'workload':<8} {'decisions':>10} {'LRU µs':>8} {'SAECache µs':>12} {'ratio':>6} {'paired':>7}")
+        print(f"{a.policy} and LRU run {path}")
+        print(f"{'workload':<8} {'decisions':>10} {'LRU µs':>8} {a.policy + ' µs':>18} {'ratio':>6} {'paired':>7}")
         for w, m in rows.items():
-            print(f"{w:<8} {m['decisions']:>10.0f} {m['lru_us']:>8.2f} {m['saecache_us']:>12.2f} "
+            print(f"{w:<8} {m['decisions']:>10.0f} {m['lru_us']:>8.2f} {m['policy_us']:>18.2f} "
                   f"{m['ratio']:>5.2f}× {m['pair_ratio_median']:>6.2f}×")
         print(f"worst ratio {worst:.2f}×, worst paired {worst_paired:.2f}× (goal ≤ 3×)")
     if a.profile:
@@ -93,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
         reqs, _ = load_requests(workload=wls[0], sessions=SESSIONS[wls[0]], seed=a.seed)
         prof = cProfile.Profile()
-        prof.runcall(simulate, reqs, "saecache", f"{a.capacity}%", seed=a.seed)
+        prof.runcall(simulate, reqs, a.policy, f"{a.capacity}%", seed=a.seed)
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     return 0
 
