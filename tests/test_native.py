@@ -48,8 +48,7 @@ print(json.dumps({"compiled": compiled_modules(),
                   "runs": {p: prefix_replay(p) for p in json.loads(sys.argv[2])}}))
 """
 #: the prefix-cache policies of the compiled KV modules (LRUPrefix, LPC, the eviction
-#: adapter, the three SAECache variants) and one pure module's subclass of the compiled
-#: base (saecache-reuse)
+#: adapter, the three SAECache variants and saecache-reuse)
 PREFIX_POLICIES = ["lru", "lpc", "s3fifo", "saecache", "saecache-seed", "saecache-duel",
                    "saecache-reuse"]
 

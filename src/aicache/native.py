@@ -47,6 +47,7 @@ COMPILED: tuple[str, ...] = (
     "aicache.policies.eviction.arc",
     "aicache.kv.prefix_policies",
     "aicache.kv.saecache",
+    "aicache.kv.saecache_reuse",
 )
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"

@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView
+from aicache.native import mypyc_attr
 
 Key = Hashable
 
@@ -111,6 +112,8 @@ class _Node:
         self.leaf = False
 
 
+# subclassable from Python: the tests' brute-force check wraps ``victim``
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SAECacheReuse(PrefixPolicy):
     """Class reuse probability first, LRU inside a class, leaves only (module docstring)."""
 
