@@ -27,6 +27,7 @@ EXPERIMENTS.register("saria-observations", "aicache.experiments.saria:Observatio
 EXPERIMENTS.register("saria-pressure", "aicache.experiments.saria:Pressure", "SARIA Fig. 11")
 EXPERIMENTS.register("saria-ablation", "aicache.experiments.saria:Ablation", "SARIA Fig. 12")
 EXPERIMENTS.register("saria-admission", "aicache.experiments.saria:Admission", "SARIA Fig. 13")
+EXPERIMENTS.register("saria-metadata", "aicache.experiments.saria:Metadata", "SARIA Fig. 14")
 EXPERIMENTS.register("saria-promotion", "aicache.experiments.saria:Promotion", "SARIA Fig. 15")
 EXPERIMENTS.register("saria-coordination", "aicache.experiments.saria:Coordination", "SARIA Fig. 16")
 EXPERIMENTS.register("saria-mooncake", "aicache.experiments.saria:Mooncake", "SARIA on a Mooncake-shaped trace")

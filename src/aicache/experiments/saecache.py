@@ -79,6 +79,64 @@ def _by(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...], y: str) -> dic
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
+#: the SAECache variants issue 18's goals are judged for (the seed's formula, the default,
+#: the strong variant)
+GOAL_POLICIES = ("saecache-seed", "saecache", "saecache-reuse")
+#: issue 18: ≥ GAIN_PTS above the best baseline at GAIN_CAPS % of the working set, and never
+#: more than BELOW_PTS below LRU at any capacity in BELOW_RANGE %
+GAIN_CAPS = (5, 10, 20)
+GAIN_PTS = 5.0
+BELOW_PTS = 0.5
+BELOW_RANGE = (5, 50)
+
+
+def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
+                gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
+                sub: str) -> list[dict[str, Any]]:
+    """Issue 18's SAECache goals, one row per variant, trace and capacity.
+
+    ``mean[(trace, capacity, policy)]``: token hit ratio (averaged over ``sub``, e.g. the
+    seeds); ``cells[(trace, sub, capacity, policy)]``: each replay alone, for "never below
+    LRU", which holds per replay. ``held_out`` follows each trace's name (e.g. which
+    seeds). The +5 goal compares with the best of LRU, LFU, S3-FIFO,
+    SIEVE and the LPC stand-in at that capacity; the headroom share is (policy − LRU) /
+    (Belady − LRU). A capacity the grid lacks gets a "not evaluated" row."""
+    goals: list[dict[str, Any]] = []
+    for p in GOAL_POLICIES:
+        for w in gain_traces:
+            for c in GAIN_CAPS:
+                text = (f"{p}, {w}{held_out}, {c}%: CHR ≥ best of LRU/LFU/S3-FIFO/SIEVE/LPC "
+                        f"+ {GAIN_PTS:g} pts")
+                v = mean.get((w, c, p))
+                base = {b: mean.get((w, c, b)) for b in GOAL_BASELINES}
+                if v is None or any(x is None for x in base.values()):
+                    goals.append({"goal": text, "met": None, "value": "not in this grid"})
+                    continue
+                bname, best = max(((b, float(x)) for b, x in base.items() if x is not None),
+                                  key=lambda kv: kv[1])
+                lru, bel = float(base["lru"] or 0.0), mean.get((w, c, "belady"))
+                share = (f"{(v - lru) / (bel - lru):.0%} of Belady's headroom over LRU"
+                         if bel is not None and bel > lru else "no headroom (Belady = LRU)")
+                gain = 100 * (v - best)
+                goals.append({"goal": text, "met": gain >= GAIN_PTS,
+                              "value": f"{gain:+.2f} pts vs {bname} ({best:.3f}); {share}"})
+        lo, hi = BELOW_RANGE
+        for w in below_traces:
+            diffs = [(100 * (v - cells[(tw, k, c, "lru")]), k, c)
+                     for (tw, k, c, pp), v in cells.items()
+                     if tw == w and pp == p and lo <= c <= hi and (tw, k, c, "lru") in cells]
+            caps = sorted({c for _, _, c in diffs})
+            text = f"{p}, {w}{held_out}: never > {BELOW_PTS:g} pt below LRU at {lo}–{hi}%"
+            if not diffs:
+                goals.append({"goal": text, "met": None, "value": "not in this grid"})
+                continue
+            d, k, c = min(diffs)
+            goals.append({"goal": text, "met": d >= -BELOW_PTS and caps[0] <= lo and caps[-1] >= hi,
+                          "value": (f"worst {d:+.2f} pts ({sub} {k}, {c:g}%); capacities "
+                                    f"{'/'.join(f'{x:g}' for x in caps)}%")})
+    return goals
+
+
 #: The published characterisation (``docs/design/saecache.md``): the only published
 #: numbers; everything else in the generators is a stated assumption, see
 #: :mod:`aicache.traces.gen_chat`.
@@ -117,10 +175,10 @@ class Capacity(Experiment):
     name = "saecache-capacity"
     title = "SAECache: token hit ratio and TTFT vs capacity, every policy, four workloads"
     reproduces = "SAECache seed: CHR and TTFT vs LRU / LPC (Sec. evaluation)"
-    full_wall_time = "about 5–8 min on 2 cores (336 cells; measured 447 s on a loaded machine)"
+    full_wall_time = "about 8–12 min on 2 cores (540 cells; 432 of them took 739 s on a loaded machine)"
 
     FULL: ClassVar[dict[str, Any]] = {"sessions": {"chat": 1000, "arena": 3000, "tool": 300, "mix": 1000},
-                                      "capacities": (5, 10, 20, 30), "seeds": SEEDS}
+                                      "capacities": (5, 10, 20, 30, 50), "seeds": SEEDS}
     QUICK: ClassVar[dict[str, Any]] = {"sessions": {"chat": 150, "arena": 300, "tool": 40, "mix": 150},
                                        "capacities": (10, 30), "seeds": (1,)}
 
@@ -157,7 +215,6 @@ class Capacity(Experiment):
         chr_ = _by(ok, ("workload", "capacity_pct", "policy"), "token_hit_ratio")
         ttft = _by(ok, ("workload", "capacity_pct", "policy"), "ttft_mean_s")
         table = []
-        gains: dict[str, list[float]] = {}
         for (w, c, p), v in sorted(chr_.items()):
             if p != "saecache":
                 continue
@@ -165,8 +222,6 @@ class Capacity(Experiment):
             best = max(x for x in (lru, lpc) if x is not None) if (lru or lpc) else None
             bel = chr_.get((w, c, "belady"))
             gain = 100 * (v - best) if best is not None else None
-            if gain is not None and 10 <= c <= 30:  # the goal's capacity range
-                gains.setdefault(w, []).append(gain)
             t_l = ttft.get((w, c, "lru"))
             allb = [chr_[(w, c, b)] for b in GOAL_BASELINES if (w, c, b) in chr_]
             rv = chr_.get((w, c, "saecache-reuse"))
@@ -179,19 +234,11 @@ class Capacity(Experiment):
                           "gain vs best(LRU,LPC) pts": gain,
                           "Belady headroom pts": 100 * (bel - best) if bel is not None and best is not None else None,
                           "TTFT LRU/SAECache": (t_l / ttft[(w, c, p)]) if t_l and ttft.get((w, c, p)) else None})
-        goals = []
-        for w in ("chat", "tool", "mix"):
-            if w in gains:
-                goals.append({"goal": f"{w}: CHR ≥ best(LRU, LPC) + 4.8 points at 10–30% capacity",
-                              "met": min(gains[w]) >= 4.8,
-                              "value": f"gain {min(gains[w]):.2f}…{max(gains[w]):.2f} pts"})
-        if "arena" in gains:
-            arena = [100 * (chr_[(w, c, "saecache")] - chr_[(w, c, "lru")])
-                     for (w, c, p) in chr_ if w == "arena" and p == "lru" and (w, c, "saecache") in chr_
-                     and 10 <= c <= 30]
-            goals.append({"goal": "arena (single-turn): CHR no more than 0.5 points below LRU",
-                          "met": all(d >= -0.5 for d in arena),
-                          "value": f"SAECache − LRU: {min(arena):+.2f}…{max(arena):+.2f} pts"})
+        seeds = sorted({int(r["seed"]) for r in ok})
+        held = f" (seeds {'/'.join(map(str, seeds))}, held out)"
+        goals = issue_goals(chr_, _by(ok, ("workload", "seed", "capacity_pct", "policy"),
+                                      "token_hit_ratio"),
+                            ("chat", "tool", "mix"), WORKLOADS, held, "seed")
         policies = [p for p in POLICIES if any(k[2] == p for k in chr_)]
         overview = [{"policy": p, **{w: _mean([v for (ww, _, pp), v in chr_.items() if ww == w and pp == p])
                                      for w in WORKLOADS}} for p in policies]
@@ -210,7 +257,8 @@ class Capacity(Experiment):
                     workload_table({w: int(next(r["sessions"] for r in ok if r["workload"] == w))
                                     for w in WORKLOADS if any(r["workload"] == w for r in ok)},
                                    seed=min(int(r["seed"]) for r in ok) if ok else SEEDS[0])],
-            published=[{"metric": "CHR gain vs best(LRU, LPC)", "seed": "+4.8 … +5.9 points"},
+            published=[{"metric": "CHR gain vs best(LRU, LPC) (the seed's; issue 18's goal is "
+                                  "+5 over the best of five, in Goals)", "seed": "+4.8 … +5.9 points"},
                        {"metric": "TTFT vs production baselines", "seed": "1.4× … 2.7× better"}],
             goals=goals)
 
@@ -562,7 +610,7 @@ def headroom_table(ok: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> tu
     for c in cells:
         get = lambda p: chr_.get((*c, p))  # noqa: E731
         lru, bel = get("lru"), get("belady")
-        base = [get(p) for p in BASELINES if get(p) is not None]
+        base = [v for p in BASELINES if (v := get(p)) is not None]
         best = max(base) if base else None
         row: dict[str, Any] = dict(zip((*keys, "capacity %"), c))
         row.update({p: get(p) for p in MOONCAKE_POLICIES})
@@ -614,23 +662,18 @@ class MooncakeTrace(Experiment):
                                 title="Token hit ratio: Mooncake FAST'25 synthetic",
                                 ylabel="token hit ratio", xlabel="capacity (% of working set)"),
                      "Token hit ratio vs capacity on the shipped Mooncake trace.")
-        table, below = headroom_table([r for r in rows if "token_hit_ratio" in r], ("part",))
-        gains = [r.get("saecache − best baseline (pts)") for r in table if r["part"] == "all"
-                 and r["capacity %"] in (5, 10, 20) and r.get("saecache − best baseline (pts)") is not None]
-        goals = [{"goal": "never > 0.5 pt below LRU at 5–50% (saecache)",
-                  "met": not any(b.startswith("saecache ") for b in below),  # every part
-                  "value": "; ".join(b for b in below if b.startswith("saecache ")) or "none"}]
-        if gains:
-            goals.append({"goal": "saecache ≥ best baseline + 5 pts at 5/10/20%", "met": min(gains) >= 5.0,
-                          "value": f"{min(gains):+.2f}…{max(gains):+.2f} pts"})
-        rg = [r.get("saecache-reuse − best baseline (pts)") for r in table if r["part"] == "all"
-              and r["capacity %"] in (5, 10, 20) and r.get("saecache-reuse − best baseline (pts)") is not None]
-        if rg:
-            goals.append({"goal": "never > 0.5 pt below LRU at 5–50% (saecache-reuse)",
-                          "met": not any(b.startswith("saecache-reuse ") for b in below),
-                          "value": "; ".join(b for b in below if b.startswith("saecache-reuse ")) or "none"})
-            goals.append({"goal": "saecache-reuse ≥ best baseline + 5 pts at 5/10/20%", "met": min(rg) >= 5.0,
-                          "value": f"{min(rg):+.2f}…{max(rg):+.2f} pts"})
+        good = [r for r in rows if "token_hit_ratio" in r]
+        table, below = headroom_table(good, ("part",))
+        # the whole trace is the goal's; its second half is held out (developed on the first)
+        names = {"all": "Mooncake whole", "first": "Mooncake first half (development)",
+                 "second": "Mooncake second half (held out)"}
+        named = [dict(r, trace=names.get(str(r.get("part", "all")), str(r.get("part"))))
+                 for r in good]
+        traces = [names[p] for p in ("all", "first", "second")
+                  if any(r.get("part", "all") == p for r in good)]
+        goals = issue_goals(_by(named, ("trace", "capacity_pct", "policy"), "token_hit_ratio"),
+                            _by(named, ("trace", "part", "capacity_pct", "policy"), "token_hit_ratio"),
+                            [t for t in traces if t != names["first"]], traces, "", "part")
         return ReportSection(
             title=self.title,
             description=("traces/mooncake_fast25_synthetic.jsonl (3,993 requests, 512-token "
