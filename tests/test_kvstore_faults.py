@@ -360,3 +360,20 @@ def test_a_path_of_the_wrong_type_is_a_one_line_error(tmp_path: Path) -> None:
     (d / "lock").mkdir(parents=True)
     with pytest.raises(BadInput, match="lock file"):
         TieredKVStore(params(d))
+
+
+def test_hybrid_model_is_refused_naming_what_it_would_need(tmp_path: Path) -> None:
+    """The store keeps dense KV only: a hybrid model's checkpoint blocks do not fit its one
+    slot size, so the open fails at once, naming the model, the extra bytes and the doc."""
+    from aicache.kv.models import get_model
+
+    hybrid = get_model("qwen3.5-9b")
+    assert hybrid.hybrid
+    ip = KVIndexParams(model=hybrid, dram_bytes=4 * hybrid.block_bytes,
+                       ssd_bytes=8 * hybrid.block_bytes)
+    with pytest.raises(BadInput) as e:
+        TieredKVStore(TieredKVStoreParams(ip, str(tmp_path / "kv")))
+    msg = str(e.value)
+    assert "qwen3.5-9b is hybrid" in msg and str(hybrid.checkpoint_bytes) in msg
+    assert "docs/results/kv-models.md" in msg and "\n" not in msg
+    assert not (tmp_path / "kv").exists()  # refused before touching the directory

@@ -174,8 +174,11 @@ class TieredKVStore:
         ip = params.index
         model = ip.model
         if model.hybrid:
-            raise BadInput(f"model {model.name}: the real store keeps dense KV only; "
-                           f"use a dense model (hybrid checkpoints are simulated only)")
+            raise BadInput(f"model {model.name} is hybrid: the real store has one slot size and "
+                           f"one payload per block, and a block ending at a recurrent checkpoint "
+                           f"needs {model.checkpoint_bytes} bytes more (docs/results/kv-models.md); "
+                           f"use a dense model, or simulate it with `aicache sim kv --model "
+                           f"{model.name}`")
         self.params = params
         self.model = model
         self.block_bytes = model.block_bytes
