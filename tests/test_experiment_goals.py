@@ -1,10 +1,11 @@
-"""Issue 18's SAECache goal rows (``experiments.saecache.issue_goals``) on a hand-built grid,
-and the SARIA Fig. 14 grid differing from SARIA in its lookup only."""
+"""Issue 18's goal rows on hand-built results: SAECache's (``experiments.saecache.issue_goals``)
+and SARIA's frontier (``experiments.saria._frontier_goals``); and the SARIA Fig. 14 grid
+differing from SARIA in its lookup only."""
 
 from __future__ import annotations
 
 from aicache.experiments.saecache import issue_goals
-from aicache.experiments.saria import METADATA_ARMS, Metadata
+from aicache.experiments.saria import METADATA_ARMS, Metadata, _frontier, _frontier_goals
 
 BASES = ("lru", "lfu", "s3fifo", "sieve", "lpc")
 
@@ -66,3 +67,18 @@ def test_fig14_arms_differ_in_lookup_alone() -> None:
             strip = [{k: v for k, v in a.items() if k not in ("lookup", "label")} for a in arms]
             assert all(s == strip[0] for s in strip)
             assert strip[0]["theta_e"] == 2 and strip[0]["gpu_gbps"] == 24.0
+
+
+def test_frontier_goal_needs_all_three_ratios() -> None:
+    def row(label: str, char: float, writes: int) -> dict:
+        return {"model": "m", "label": label, "char": char, "ssd_write_bytes": writes,
+                "ttft_mean_s": 1.0}
+    rows = [row("FD", 0.80, 1000), row("OR", 0.80, 300),
+            row("E2", 0.77, 440),     # CHAR 0.9625×, writes 0.44× FD, 1.47× oracle: met
+            row("LA", 0.78, 460),     # 0.975×, 0.46× FD but 1.53× oracle: not met
+            row("E3", 0.60, 200)]     # not a judged arm
+    goals = {g["goal"].split(", ")[2].split(":")[0]: g for g in _frontier_goals(_frontier(rows), "t")}
+    assert set(goals) == {"E2", "LA"}
+    assert goals["E2"]["met"] is True
+    assert goals["E2"]["value"] == "CHAR 0.9625× / writes 0.4400× FD / 1.47× oracle"
+    assert goals["LA"]["met"] is False and goals["LA"]["value"].endswith("1.53× oracle")
