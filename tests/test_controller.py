@@ -236,7 +236,8 @@ def test_random_executor_rejects_when_full_and_skewed_is_lru():
 def test_diagnosis_f1_and_prompt_token_counting():
     from aicache.adaptive.advisor.statistical import StatisticalAdvisor
     from aicache.adaptive.analyzer import analyze
-    from aicache.experiments.chiron import PromptCountingAdvisor, _f1, estimate_tokens
+    from aicache.adaptive.advisor.tokens import estimate_tokens
+    from aicache.experiments.chiron import PromptCountingAdvisor, _f1
 
     conf = {"random": {"random": 3, "skewed": 1}, "skewed": {"random": 1, "skewed": 5}}
     assert _f1(conf, "random") == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))

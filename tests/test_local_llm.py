@@ -229,3 +229,101 @@ def test_full_window_transcript_replays_through_the_cli(tmp_path: Path) -> None:
     assert d["rejected_advice"] == sum(a.confidence < TAU for a in advices)
     assert d["no_advice"] == len(entries) - len(advices)
     assert again["jct_seconds"] == d["jct_seconds"]
+
+
+def _record_cli(*args: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "aicache.experiments.chiron_llm", "record", *args],
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_record_from_another_endpoint_joins_fig15_as_its_own_arm(llm: dict[str, str], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``chiron_llm record --base-url --model --tag --out-dir`` against an endpoint it did not
+    start (this module's server), asking the model one prompt (``--max-calls 1``): the
+    transcript replays its scenario exactly, and with ``AICACHE_TRANSCRIPTS`` pointing at the
+    folder, Fig. 15 (``chiron-advisors``) has the tag as an arm of its own, goals included."""
+    from aicache.adaptive.advisor.tokens import ModelTokens
+    from aicache.experiments.chiron_figs import Advisors, run_arm
+    from aicache.experiments.chiron_llm import NOT_ASKED, SCENARIOS, run_scenario
+
+    url = llm["AICACHE_OPENAI_BASE_URL"]
+    out = tmp_path / "other"
+    p = _record_cli("W1-s0.05-evidence", "--base-url", url, "--model", llm["AICACHE_OPENAI_MODEL"],
+                    "--tag", "other-endpoint", "--out-dir", str(out), "--structured", "grammar",
+                    "--no-system-role", "--max-calls", "1", "--no-reuse")
+    assert p.returncode == 0, p.stderr
+    path = out / "other-endpoint-W1-s0.05-evidence.jsonl"
+    meta = json.loads(path.read_text(encoding="utf-8").splitlines()[0])["meta"]
+    assert meta["model"] == llm["AICACHE_OPENAI_MODEL"] and meta["include_stats"] is True
+    entries = _entries(path)
+    asked = [e for e in entries if e["error"] != NOT_ASKED]
+    assert len(asked) == 1 and len(entries) > 1  # one question to the model, the rest not asked
+    assert asked[0]["error"] is None and parse_advice(asked[0]["response"])[0] is not None  # type: ignore[arg-type]
+    assert int(asked[0]["usage"]["prompt_tokens"]) > 500  # type: ignore[index]
+
+    sc = SCENARIOS["W1-s0.05-evidence"]
+    first = run_scenario(sc, ReplayAdvisor(path))
+    again = run_scenario(sc, ReplayAdvisor(path))
+    assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+    assert first["advisor_calls"] == len(entries)
+
+    monkeypatch.setenv("AICACHE_TRANSCRIPTS", str(out))
+    exp = Advisors()
+    cells = [c for c in exp.cells(quick=True)
+             if c["system"] != "chiron" or c["arm"] in ("counting", "other-endpoint")]
+    assert [c["gate"] for c in cells if c["arm"] == "other-endpoint"] == ["aicache"]
+    rows = [{**c, **run_arm(c)} for c in cells]
+    section = exp.report(rows, tmp_path)
+    (table,) = section.tables
+    (arm,) = [r for r in table.rows if r["arm"] == "other-endpoint"]
+    assert arm["workload"] == "W1" and arm["calls"] == len(entries)
+    assert arm["JCT (s)"] == pytest.approx(first["jct_seconds"])
+    assert any(g["goal"].startswith("W1 (other-endpoint)") for g in section.goals)
+    # the server counted the prompt the way the local model's tokenizer counts it
+    rec_row = [r for r in rows if r["arm"] == "other-endpoint"][0]
+    assert rec_row["tokens_counted_by"] == "server usage"
+    assert ModelTokens().prompt_tokens(*ReplayAdvisor(path).prompts(_first_request(sc))) \
+        == int(asked[0]["usage"]["prompt_tokens"])  # type: ignore[index]
+
+
+def _first_request(sc: object) -> DiagnosisRequest:
+    """The first diagnosis request of a scenario (what its first prompt was built from)."""
+    from aicache.experiments.chiron_llm import run_scenario
+
+    class First(Advisor):
+        name = "first"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.requests: list[DiagnosisRequest] = []
+
+        def advise(self, request: DiagnosisRequest) -> Advice | None:
+            self.requests.append(request)
+            return None
+
+    a = First()
+    run_scenario(sc, a)  # type: ignore[arg-type]
+    return a.requests[0]
+
+
+def test_record_bad_endpoint_input_is_one_line_exit_2(llm: dict[str, str], tmp_path: Path) -> None:
+    """Every bad flag of ``record`` is one line naming it, exit 2, before anything is recorded
+    (the served-model check asks the live endpoint's ``/models``)."""
+    url, out = llm["AICACHE_OPENAI_BASE_URL"], str(tmp_path)
+    cases = {
+        "--model": ["--base-url", url, "--model", "no-such-model", "--out-dir", out],
+        "--base-url": ["--base-url", "http://127.0.0.1:1/v1", "--model", "m", "--out-dir", out],
+        "--base-url ": ["--base-url", "127.0.0.1:8000", "--model", "m", "--out-dir", out],
+        "--base-url needs --model": ["--base-url", url, "--out-dir", out],
+        "--model ": ["--model", "m", "--out-dir", out],
+        "--out-dir": ["--base-url", url, "--model", "gemma3-270m", "--out-dir", "/proc/nope"],
+        "--max-calls": ["--base-url", url, "--model", "gemma3-270m", "--max-calls", "0", "--out-dir", out],
+    }
+    for flag, args in cases.items():
+        p = _record_cli("W1-s0.05-evidence", *args)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {flag.strip()}"), (args, p.stderr)
+    assert not list(tmp_path.iterdir())  # nothing recorded

@@ -18,16 +18,16 @@ generators of :mod:`aicache.traces.workflows`; the full versions use the seed's 
   workloads, with a confusion matrix.
 
 Token counts of the offline advisors come from :class:`PromptCountingAdvisor`: it builds
-the exact prompts the OpenAI advisor would send and counts them with a deterministic
-estimate (one token per word, number or punctuation mark), so token-cost comparisons run
-offline and for free; a run recorded against a real LLM (``record:``) replays with real
-usage numbers.
+the exact prompts the OpenAI advisor would send and counts them with the local model's
+tokenizer, or a deterministic estimate where that is not installed
+(:mod:`aicache.adaptive.advisor.tokens`; rows say which in ``tokens_counted_by``), so
+token-cost comparisons run offline and for free; a run recorded against a real LLM
+(``record:``) replays with the server's usage numbers.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aicache.adaptive.advisor.base import PATTERNS, Advice, Advisor, DiagnosisRequest
+from aicache.adaptive.advisor.tokens import TokenCounter, default_counter
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 
 BASELINES = ("nocache", "juicefs", "alluxio", "juicefs-adaptive")
@@ -43,14 +44,6 @@ BASELINES = ("nocache", "juicefs", "alluxio", "juicefs-adaptive")
 SYSTEMS = (*BASELINES, "chiron", "chiron-seed", "clairvoyant")
 WORKFLOWS = ("W1", "W2", "W3")
 TASKS = ("T1", "T2", "T3", "T4", "T5", "T6")
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-
-
-def estimate_tokens(text: str) -> int:
-    """Deterministic token estimate: words, numbers and punctuation marks (a BPE tokenizer
-    gives the same order of magnitude on JSON-and-number prompts)."""
-    return len(_TOKEN.findall(text))
-
 
 class PromptCountingAdvisor(Advisor):
     """Wraps an advisor; charges the tokens of the prompts an LLM advisor would be sent
@@ -58,19 +51,19 @@ class PromptCountingAdvisor(Advisor):
 
     name: ClassVar[str] = "counting"
 
-    def __init__(self, inner: Advisor, include_stats: bool = True) -> None:
+    def __init__(self, inner: Advisor, include_stats: bool = True, tokens: TokenCounter | None = None) -> None:
         super().__init__()
         self.inner = inner
         self.include_stats = include_stats
         self.expected_latency_s = inner.expected_latency_s
+        self.tokens = tokens or default_counter()
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
-        from aicache.adaptive.prompt import build_runtime_prompt, format_advice, system_prompt
+        from aicache.adaptive.prompt import format_advice, prompts_for
 
         advice = self.inner.advise(request)
-        tin = estimate_tokens(system_prompt(self.include_stats)) + estimate_tokens(
-            build_runtime_prompt(request, self.include_stats))
-        tout = estimate_tokens(format_advice(advice)) if advice is not None else 0
+        tin = self.tokens.prompt_tokens(*prompts_for(request, self.include_stats))
+        tout = self.tokens.text_tokens(format_advice(advice)) if advice is not None else 0
         self.counters.calls += 1
         self.counters.input_tokens += tin
         self.counters.output_tokens += tout
@@ -98,6 +91,18 @@ def _advisor(spec: str, seed: int) -> Any:
     return spec
 
 
+def tokens_counted_by(advisor: Any) -> str | None:
+    """What a row's advisor token counts come from: a :class:`PromptCountingAdvisor`'s counter
+    (``tokenizer:MODEL`` or ``estimate``), the endpoint's ``usage`` for a live or replayed
+    LLM, nothing for an advisor that is charged no tokens."""
+    if isinstance(advisor, PromptCountingAdvisor):
+        return advisor.tokens.source
+    spec = advisor if isinstance(advisor, str) else str(getattr(advisor, "name", ""))
+    if spec.split(":")[0] in ("openai", "replay", "record"):
+        return "server usage"
+    return None
+
+
 def simulate_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     """One simulation: ``workload, scale, seed, system`` (+ ``cache`` size, ``advisor``,
     ``chiron`` params dict, ``hit_ms``/``miss_ms``). Returns flat metrics."""
@@ -107,9 +112,9 @@ def simulate_cell(params: Mapping[str, Any]) -> dict[str, Any]:
                    params.get("variant"))
     t0 = time.perf_counter()
     sp = dict(params.get("chiron", {})) if params["system"] == "chiron" else {}
+    advisor = _advisor(params.get("advisor", "statistical"), int(params.get("seed", 0)))
     res = simulate_datacache(
-        wl, params["system"], params.get("cache"), advisor=_advisor(params.get("advisor", "statistical"),
-                                                                    int(params.get("seed", 0))),
+        wl, params["system"], params.get("cache"), advisor=advisor,
         seed=int(params.get("seed", 0)), hit_ms=params.get("hit_ms"), miss_ms=params.get("miss_ms"),
         system_params=sp)
     wall = time.perf_counter() - t0
@@ -119,6 +124,7 @@ def simulate_cell(params: Mapping[str, Any]) -> dict[str, Any]:
         "remote_bytes", "advisor_calls", "advisor_tokens", "diagnosis_accuracy", "switches",
         "late_prefetch_reads")}
     out["advisor_input_tokens"] = d.get("advisor_input_tokens", 0)
+    out["tokens_counted_by"] = tokens_counted_by(advisor) if params["system"] == "chiron" else None
     out["recovery_s_mean"] = _mean(d.get("recovery_s") or [])
     out["wall_seconds"] = round(wall, 3)
     out["reads_per_second"] = round(res.requests / wall) if wall > 0 else None

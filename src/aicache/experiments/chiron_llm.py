@@ -14,7 +14,15 @@ Recording (minutes per scenario on 2 cores; the model's prefill dominates)::
 
 starts Gemma 3 270M behind llama-cpp-python's server on loopback
 (:mod:`aicache.adaptive.advisor.local_llm`) and writes ``transcripts/gemma3-270m-NAME.jsonl``
-next to this module. ``python -m aicache.experiments.chiron_llm list`` shows them.
+next to this module. Any other OpenAI-compatible model records the same scenarios::
+
+    python -m aicache.experiments.chiron_llm record W1-s0.05-evidence \
+        --base-url http://HOST:PORT/v1 --model NAME [--tag TAG] [--out-dir DIR]
+
+into ``DIR/TAG-NAME.jsonl`` (TAG defaults to the model name made file-safe); the figure
+experiments find transcripts in the committed folder and in every folder of
+``$AICACHE_TRANSCRIPTS``, and each tag is an arm of its own (Fig. 15).
+``python -m aicache.experiments.chiron_llm list`` shows what is recorded.
 
 Latency: the simulator runs on virtual time. Most scenarios release an answer a fixed
 virtual delay after the snapshot (the advisor's expected latency, 1 s for ``openai``),
@@ -29,20 +37,26 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
+import re
 import shutil
 import sys
 import tempfile
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
+from aicache.adaptive.advisor.local_llm import MODEL_ALIAS
 from aicache.adaptive.controller import AdvisorRunner
 from aicache.errors import BadInput
 
 TRANSCRIPT_DIR = Path(__file__).parent / "transcripts"
-MODEL_TAG = "gemma3-270m"
+#: the tag of the local model's transcripts (the name its server serves it under)
+MODEL_TAG = MODEL_ALIAS
 
 
 class MeasuredDelayRunner(AdvisorRunner):
@@ -122,8 +136,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("W3-s0.05-evidence", "W3", 0.05, note="W3 default controller"),
     Scenario("W3-s0.05-nostats", "W3", 0.05, statistics=False, chiron=SEED_GATE,
              note="W3, the seed's gate, structured statistics left out of the prompt (Fig. 14a)"),
+    Scenario("W3-s0.05-nostats-evidence", "W3", 0.05, statistics=False,
+             note="W3 default controller, structured statistics left out of the prompt (Fig. 14a)"),
     Scenario("W1-s0.25-measured", "W1", 0.25, delay="measured", chiron=SEED_GATE,
              note="W1, the seed's gate, each answer released after the model's own measured latency"),
+    Scenario("W1-s0.25-measured-evidence", "W1", 0.25, delay="measured",
+             note="W1 default controller, each answer released after the model's own measured latency"),
     Scenario("W1-s0.05-nogate", "W1", 0.05, chiron={"gate": False},
              note="W1 with the confidence gate off (Fig. 9)"),
 )}
@@ -168,18 +186,22 @@ class _Reusing(Advisor):
     """A live text advisor that answers a prompt already answered in ``known`` (recorded
     exchanges of the same model, by prompt key) from that record instead of asking again.
     At temperature 0 with a fixed server seed the model's answer to a prompt is fixed, so
-    this only saves the prefill; the recorded usage and latency are kept, as on replay."""
+    this only saves the prefill; the recorded usage and latency are kept, as on replay.
+    ``max_live``: after that many questions to the model, a new prompt is not asked and is
+    recorded as the no-advice kind :data:`NOT_ASKED` (a replay answers it the same way)."""
 
     name = "openai"  # its exchanges are the model's own (the transcript meta names the advisor)
 
-    def __init__(self, inner: Any, known: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, inner: Any, known: Mapping[str, Mapping[str, Any]], max_live: int | None = None) -> None:
         super().__init__()
-        self.inner, self.known = inner, known
+        self.inner, self.known, self.max_live = inner, known, max_live
         self.counters = inner.counters
         self.expected_latency_s = inner.expected_latency_s
         self.include_stats = inner.include_stats
         self.prompt = inner.prompt
+        self.model = inner.model
         self.reused = 0
+        self.live = 0
 
     def prompts(self, request: DiagnosisRequest) -> tuple[str, str]:
         return self.inner.prompts(request)  # type: ignore[no-any-return]
@@ -191,6 +213,9 @@ class _Reusing(Advisor):
         system, runtime = self.prompts(request)
         e = self.known.get(prompt_key(system, runtime))
         if e is None:
+            if self.max_live is not None and self.live >= self.max_live:
+                return RawReply(system, runtime, None, {}, 0.0, NOT_ASKED)
+            self.live += 1
             return self.inner.complete(request)
         self.reused += 1
         usage = {k: int(v) for k, v in (e.get("usage") or {}).items()}
@@ -206,12 +231,39 @@ class _Reusing(Advisor):
         self.inner.close()
 
 
-def known_exchanges(model_tag: str = MODEL_TAG, extra: Sequence[Path] = ()) -> dict[str, dict[str, Any]]:
-    """prompt key -> the first recorded exchange of it, over every committed transcript of
-    ``model_tag`` (and the transcripts ``extra``, e.g. an interrupted recording's); the key
-    covers the prompt text, statistics included or not."""
+#: the recorded error of a prompt past ``--max-calls``: no advice, and never reused
+NOT_ASKED = "not asked (call budget)"
+
+
+def transcript_dirs() -> list[Path]:
+    """Where the figure experiments look for transcripts: the committed folder, then every
+    folder in ``$AICACHE_TRANSCRIPTS`` (``os.pathsep``-separated; a recording's ``--out-dir``)."""
+    extra = [Path(p) for p in os.environ.get("AICACHE_TRANSCRIPTS", "").split(os.pathsep) if p.strip()]
+    return [TRANSCRIPT_DIR, *extra]
+
+
+def transcripts(sc: Scenario) -> list[tuple[str, Path]]:
+    """(model tag, path) of every transcript recorded for ``sc``, one per tag, sorted by tag;
+    a tag found in several folders is taken from the last one in :func:`transcript_dirs`
+    (a fresh recording pointed at explicitly wins over the committed one)."""
+    found: dict[str, Path] = {}
+    suffix = f"-{sc.name}.jsonl"
+    for d in transcript_dirs():
+        for p in sorted(d.glob(f"*{suffix}")) if d.is_dir() else []:
+            tag = p.name[: -len(suffix)]
+            if tag:
+                found[tag] = p
+    return sorted(found.items())
+
+
+def known_exchanges(model_tag: str = MODEL_TAG, extra: Sequence[Path] = (),
+                    dirs: Sequence[Path] = (TRANSCRIPT_DIR,)) -> dict[str, dict[str, Any]]:
+    """prompt key -> the first recorded exchange of it, over every transcript of
+    ``model_tag`` in ``dirs`` (and the transcripts ``extra``, e.g. an interrupted
+    recording's); the key covers the prompt text, statistics included or not."""
     known: dict[str, dict[str, Any]] = {}
-    for path in [*sorted(TRANSCRIPT_DIR.glob(f"{model_tag}-*.jsonl")), *extra]:
+    paths = [p for d in dirs if d.is_dir() for p in sorted(d.glob(f"{model_tag}-*.jsonl"))]
+    for path in [*paths, *extra]:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 obj = json.loads(line)
@@ -220,34 +272,133 @@ def known_exchanges(model_tag: str = MODEL_TAG, extra: Sequence[Path] = ()) -> d
     return known
 
 
-def record(names: list[str], threads: int = 2, timeout_s: float = 900.0,
+_TAG = re.compile(r"[^A-Za-z0-9._]+")
+
+
+def model_tag(model: str) -> str:
+    """A model name as a transcript's file-name prefix (``Qwen/Qwen3-0.6B`` -> ``Qwen-Qwen3-0.6B``)."""
+    return _TAG.sub("-", model).strip("-.")
+
+
+@dataclass(frozen=True)
+class RecordTarget:
+    """Where a recording's answers come from and where its transcripts go.
+
+    ``base_url`` None starts the local Gemma 3 270M server (its grammar, its system prompt in
+    the user turn); otherwise ``model`` is asked at that OpenAI-compatible endpoint with
+    ``structured`` output and, unless ``system_role`` is off, a system message. ``tag``
+    prefixes the transcript names (``TAG-SCENARIO.jsonl``): the arm's name in Fig. 15."""
+
+    base_url: str | None = None
+    model: str = MODEL_ALIAS
+    tag: str = MODEL_TAG
+    out_dir: Path = TRANSCRIPT_DIR
+    structured: str = "auto"
+    system_role: bool = True
+    max_calls: int | None = None
+    threads: int = 2
+
+    def transcript(self, sc: Scenario) -> Path:
+        return self.out_dir / f"{self.tag}-{sc.name}.jsonl"
+
+
+def check_target(base_url: str | None, model: str | None, tag: str | None, out_dir: Path | None,
+                 structured: str, system_role: bool, max_calls: int | None, threads: int) -> RecordTarget:
+    """The recording target of the command line, or :class:`BadInput` naming the flag and the
+    fix (an unreachable endpoint, or one that does not serve ``model``, included)."""
+    from aicache.adaptive.advisor.openai_advisor import STRUCTURED_MODES
+
+    if threads < 1:
+        raise BadInput(f"--threads {threads} must be at least 1")
+    if max_calls is not None and max_calls < 1:
+        raise BadInput(f"--max-calls {max_calls} must be at least 1 (leave it out to ask every prompt)")
+    if structured not in STRUCTURED_MODES:
+        raise BadInput(f"--structured {structured!r} is not one of {', '.join(STRUCTURED_MODES)}")
+    if base_url is None:
+        if model is not None:
+            raise BadInput(f"--model {model!r} needs --base-url (the endpoint serving it); "
+                           f"without it the local server serves {MODEL_ALIAS} only")
+        model = MODEL_ALIAS
+    else:
+        u = urllib.parse.urlparse(base_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise BadInput(f"--base-url {base_url!r} is not an http(s) URL; pass the endpoint's base, "
+                           "e.g. http://127.0.0.1:8000/v1")
+        if not model:
+            raise BadInput("--base-url needs --model (the name of the model the endpoint serves)")
+        served = _served_models(base_url)
+        if served and model not in served:
+            raise BadInput(f"--model {model!r} is not served by {base_url} (it serves: {', '.join(served)}); "
+                           "pass one of those")
+    name = tag if tag is not None else (MODEL_TAG if base_url is None else model_tag(model))
+    if not name or model_tag(name) != name:
+        raise BadInput(f"--tag {name!r} must be letters, digits, '.', '_' and '-' (e.g. {model_tag(name) or 'my-model'})")
+    out = Path(out_dir) if out_dir is not None else TRANSCRIPT_DIR
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out-dir {out}: cannot create it ({exc.strerror}); choose a writable folder") from None
+    if not os.access(out, os.W_OK):
+        raise BadInput(f"--out-dir {out} is not writable; choose a writable folder")
+    return RecordTarget(base_url, model, name, out, structured, system_role, max_calls, threads)
+
+
+def _served_models(base_url: str) -> list[str]:
+    """The model ids ``GET base_url/models`` lists ([] when the endpoint lists none);
+    :class:`BadInput` when nothing answers there."""
+    req = urllib.request.Request(base_url.rstrip("/") + "/models")
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = json.loads(r.read().decode("utf-8", "replace"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--base-url {base_url}: no OpenAI-compatible endpoint answers ({exc}); "
+                       "start the server or fix the URL") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m] if isinstance(data, list) else []
+
+
+def record(names: list[str], target: RecordTarget | None = None, timeout_s: float = 900.0,
            reuse: bool = True, reuse_from: Sequence[Path] = ()) -> list[dict[str, Any]]:
-    """Record each scenario against the local model (one server for all). ``reuse``: a
-    prompt some committed transcript of the model already answered is answered from it."""
+    """Record each scenario against ``target`` (default: the local model, one server for all)
+    into ``target.out_dir``. ``reuse``: a prompt some transcript of the same tag (committed,
+    or in the output folder) already answered is answered from it."""
+    from contextlib import nullcontext
+
     from aicache.adaptive.advisor.local_llm import LocalLLMServer
     from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor
     from aicache.adaptive.advisor.replay import RecordingAdvisor
 
+    t = target or RecordTarget()
     scs = [scenario(n) for n in names]
-    TRANSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
     out = []
-    known = known_exchanges(extra=reuse_from) if reuse else {}
+    known = known_exchanges(t.tag, reuse_from, dirs=(TRANSCRIPT_DIR, t.out_dir)) if reuse else {}
     scratch = Path(tempfile.mkdtemp(prefix="aicache-record-"))
-    with LocalLLMServer(threads=threads, log=scratch / "server.log") as server:
-        env = server.env()
+    local = t.base_url is None
+    server = LocalLLMServer(threads=t.threads, log=scratch / "server.log") if local else None
+    with server if server is not None else nullcontext():
+        base_url = server.base_url if server is not None else t.base_url
         for sc in scs:
-            live = OpenAIAdvisor(model=env["AICACHE_OPENAI_MODEL"], base_url=env["AICACHE_OPENAI_BASE_URL"],
-                                 api_key="local", timeout=timeout_s, max_tokens=24, structured="grammar",
-                                 system_role=False, include_stats=sc.statistics)
-            inner = _Reusing(live, known)
-            tmp = scratch / sc.transcript.name  # moved into place only once complete
+            if local:  # the local Gemma server: its grammar, no system role (see local_llm)
+                live = OpenAIAdvisor(model=MODEL_ALIAS, base_url=base_url, api_key="local", timeout=timeout_s,
+                                     max_tokens=24, structured="grammar", system_role=False,
+                                     include_stats=sc.statistics)
+            else:
+                live = OpenAIAdvisor(model=t.model, base_url=base_url, timeout=timeout_s, structured=t.structured,
+                                     system_role=t.system_role, include_stats=sc.statistics)
+            inner = _Reusing(live, known, t.max_calls)
+            dest = t.transcript(sc)
+            tmp = scratch / dest.name  # moved into place only once complete
             rec = RecordingAdvisor(inner, tmp)
             d = run_scenario(sc, rec)
             rec.close()
-            shutil.move(str(tmp), sc.transcript)
-            summary = {"scenario": sc.name, "jct_seconds": d["jct_seconds"], "chr": d["chr"],
+            shutil.move(str(tmp), dest)
+            summary = {"scenario": sc.name, "transcript": str(dest), "jct_seconds": d["jct_seconds"], "chr": d["chr"],
                        "advisor_calls": d["advisor_calls"], "rejected_advice": d["rejected_advice"],
-                       "no_advice": d["no_advice"], "reused_answers": inner.reused}
+                       "no_advice": d["no_advice"], "reused_answers": inner.reused, "asked": inner.live,
+                       "not_asked": live.counters.errors.get(NOT_ASKED, 0)}
             print(json.dumps(summary), flush=True)
             out.append(summary)
     return out
@@ -257,24 +408,51 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m aicache.experiments.chiron_llm",
                                  description="Record / list the real-LLM transcripts of Chiron's experiments.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("record", help="record scenarios against the local Gemma 3 270M server")
-    r.add_argument("names", nargs="+", choices=list(SCENARIOS))
-    r.add_argument("--threads", type=int, default=2)
+    r = sub.add_parser("record", help="record scenarios against the local Gemma 3 270M server or any "
+                                      "OpenAI-compatible endpoint")
+    r.add_argument("names", nargs="+", metavar="SCENARIO", help=f"one of: {', '.join(SCENARIOS)}")
+    r.add_argument("--base-url", default=None, metavar="URL",
+                   help="an OpenAI-compatible endpoint to ask (default: start the local Gemma 3 270M server); "
+                        "the key, if it needs one, comes from $OPENAI_API_KEY and is never recorded")
+    r.add_argument("--model", default=None, help="the model to ask at --base-url")
+    r.add_argument("--tag", default=None, help="transcript name prefix, the arm's name in Fig. 15 "
+                                               "(default: gemma3-270m locally, else --model made file-safe)")
+    r.add_argument("--out-dir", type=Path, default=None, metavar="DIR",
+                   help="where the transcripts go (default: the committed folder, "
+                        "src/aicache/experiments/transcripts); run the figures with AICACHE_TRANSCRIPTS=DIR")
+    r.add_argument("--structured", default="auto", help="structured output at --base-url: auto (default), "
+                                                        "json_schema, json_object, grammar, off")
+    r.add_argument("--no-system-role", action="store_true",
+                   help="send the system prompt at the top of the user turn (models without a system role)")
+    r.add_argument("--max-calls", type=int, default=None, metavar="N",
+                   help="ask the model at most N prompts per scenario; later ones are recorded as no advice")
+    r.add_argument("--threads", type=int, default=2, help="CPU threads of the local server")
     r.add_argument("--no-reuse", action="store_true",
-                   help="ask the model every prompt, even those a committed transcript already answers")
+                   help="ask the model every prompt, even those a transcript of the same tag already answers")
     r.add_argument("--reuse-from", nargs="*", type=Path, default=[], metavar="JSONL",
                    help="further transcripts of the same model to answer known prompts from")
-    sub.add_parser("list", help="the scenarios and whether a transcript is committed")
+    sub.add_parser("list", help="the scenarios and the transcripts recorded for each")
     args = ap.parse_args(argv)
     if args.cmd == "list":
         for sc in SCENARIOS.values():
-            print(f"{sc.name:20s} {'recorded' if sc.transcript.exists() else 'missing ':8s} {sc.note}")
+            tags = ", ".join(tag for tag, _ in transcripts(sc)) or "-"
+            print(f"{sc.name:28s} {tags:24s} {sc.note}")
         return 0
     try:
-        record(args.names, args.threads, reuse=not args.no_reuse, reuse_from=args.reuse_from)
+        for n in args.names:
+            scenario(n)
+        for p in args.reuse_from:
+            if not p.is_file():
+                raise BadInput(f"--reuse-from {p}: no such transcript; pass a recorded .jsonl file")
+        target = check_target(args.base_url, args.model, args.tag, args.out_dir, args.structured,
+                              not args.no_system_role, args.max_calls, args.threads)
+        record(args.names, target, reuse=not args.no_reuse, reuse_from=args.reuse_from)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if target.out_dir != TRANSCRIPT_DIR:
+        print(f"transcripts in {target.out_dir}: AICACHE_TRANSCRIPTS={target.out_dir} aicache experiment run "
+              "chiron-advisors adds them to Fig. 15", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Record an advisor's answers once, replay them exactly, offline and for free.
 
 A transcript is JSONL. The first line is ``{"meta": {...}}`` (format version, the recorded
-advisor, whether statistics were in the prompt, its expected latency); every other line is
+advisor, whether statistics were in the prompt, its expected latency, the model asked where
+the advisor names one); every other line is
 one exchange::
 
     {"key": sha256(system_prompt + runtime_prompt), "response": raw text or null,
@@ -71,6 +72,9 @@ class RecordingAdvisor(Advisor):
                 "prompt": str(getattr(inner, "prompt", DEFAULT_PROMPT)),
                 "expected_latency_s": inner.expected_latency_s,
             }
+            model = getattr(inner, "model", None)
+            if isinstance(model, str) and model:
+                meta["model"] = model  # provenance only: replay never reads it
             self._write({"meta": meta})
 
     def _write(self, obj: dict[str, Any]) -> None:
