@@ -4,11 +4,12 @@ trace itself, leaves only, determinism, and learning that shows in the victim or
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 
 import pytest
 
-from aicache.kv.prefix_policies import RequestView
-from aicache.kv.saecache_reuse import SAECacheReuse, class_of, size_group
+from aicache.kv.prefix_policies import PrefixPolicy, RequestView
+from aicache.kv.saecache_reuse import NCLASS, ReuseParams, SAECacheReuse, class_of, size_group
 from aicache.sim.prefix import infer_labels, load_requests, simulate
 from aicache.traces.base import KVRequest
 
@@ -150,3 +151,179 @@ def test_before_any_learning_the_order_is_lru_over_leaves() -> None:
     pol.end(1.0)
     # chain 1-2-3 is older: its tail goes first, then up the chain, then the other chain
     assert [pol.victim(2.0) for _ in range(5)] == [3, 2, 1, 8, 7]
+
+
+class _Reference(PrefixPolicy):
+    """saecache-reuse's rule computed plainly from its docstring: per-key dicts, the parent
+    links kept as a map, a leaf recomputed as "no resident block names it as parent", the
+    victim by scanning every leaf, and the class counters as flat lists. No heaps, no
+    stale entries, no cached leaf state: what the policy's bookkeeping must reproduce."""
+
+    name = "saecache-reuse-reference"
+
+    def __init__(self, cap: int, params: ReuseParams) -> None:
+        super().__init__(cap)
+        self.p = params
+        self.last: dict[int, int] = {}
+        self.cls: dict[int, int] = {}
+        self.refs: dict[int, int] = {}
+        self.parent: dict[int, int] = {}  # resident child -> its parent
+        self.ghost: OrderedDict[int, tuple[int, int]] = OrderedDict()  # key -> (class, refs)
+        self.reused = [0.0] * NCLASS
+        self.ended = [0.0] * NCLASS
+        self.prob = [0.5] * NCLASS
+        self.t = 0
+        self.next_cfg = params.min_interval
+        self.prev: int | None = None
+        self.droot: int | None = None
+        self.t0 = self.turn = self.size_g = 0
+        self.last_i = -1
+        self.types: list[str] = []
+        self.victims: list[int] = []
+
+    def begin(self, view: RequestView, now: float) -> None:
+        super().begin(view, now)
+        self.prev, self.t0 = None, self.t
+        if view.session_id is not None:
+            self.turn = view.turn or 1
+        elif not view.hash_ids:
+            self.turn = 1
+        else:
+            root = view.hash_ids[0]
+            known = self.refs[root] + 1 if root in self.refs else \
+                self.ghost[root][1] + 1 if root in self.ghost else 0
+            self.turn = 1 + known
+        self.size_g = size_group(len(view.hash_ids), None, view.block_tokens)
+        self.types, self.last_i = view.block_types, len(view.hash_ids) - 1
+
+    def begin_decode(self, now: float) -> None:
+        v = self.view
+        first = v.input_length // max(1, v.block_tokens)
+        self.droot = v.hash_ids[first - 1] if 0 < first <= len(v.hash_ids) else None
+        self.prev, self.types, self.last_i = None, v.block_types, len(v.block_types) - 1
+
+    def end(self, now: float) -> None:
+        if self.droot is not None:
+            if self.droot in self.cls and self.prev is not None:
+                self._link(self.droot)
+            self.droot = None
+        v = self.view
+        if not self.p.output_length or not v.hash_ids or v.output_length <= 0:
+            return
+        d = size_group(len(v.hash_ids), v.output_length, v.block_tokens) - self.size_g
+        for k in v.hash_ids:
+            if d and k in self.cls and self.last[k] >= self.t0:
+                self.cls[k] += d
+
+    def _class(self, refs: int, i: int) -> int:
+        groups = {"system": 0, "tool": 0, "reasoning": 1, "decode": 2}
+        tg = groups.get(self.types[i], 3) if i < len(self.types) else 3
+        return class_of(refs, i == self.last_i, tg, self.turn, self.size_g)
+
+    def _link(self, key: int) -> None:
+        c, self.prev = self.prev, key
+        if c is not None and c in self.cls and c not in self.parent:
+            self.parent[c] = key
+
+    def _tick(self) -> None:
+        self.t += 1
+        if self.t < self.next_cfg:
+            return
+        tr = tn = 0.0
+        for a, b in zip(self.reused, self.ended):
+            tr += a
+            tn += b
+        if tn > 0:
+            k, pool = self.p.prior, tr / tn
+            self.prob = [(a + k * pool) / (b + k) for a, b in zip(self.reused, self.ended)]
+        self.reused = [x * self.p.decay for x in self.reused]
+        self.ended = [x * self.p.decay for x in self.ended]
+        self.next_cfg = self.t + max(self.p.min_interval, len(self.cls))
+
+    def on_hit(self, key: int, i: int, now: float) -> None:  # type: ignore[override]
+        self.reused[self.cls[key]] += 1.0
+        self.ended[self.cls[key]] += 1.0
+        self.refs[key] += 1
+        self.cls[key], self.last[key] = self._class(self.refs[key], i), self.t
+        self._link(key)
+        self._tick()
+
+    def on_insert(self, key: int, tokens: int, i: int, now: float) -> None:  # type: ignore[override]
+        self.refs[key] = 0
+        if key in self.ghost:
+            c, refs = self.ghost.pop(key)
+            self.reused[c] += 1.0
+            self.refs[key] = refs + 1
+        self.cls[key], self.last[key] = self._class(self.refs[key], i), self.t
+        self._link(key)
+        self._tick()
+
+    def victim(self, now: float) -> int:
+        named = set(self.parent.values())
+        t1 = self.t + 1
+        key = min((k for k in self.cls if k not in named),
+                  key=lambda k: (self.prob[self.cls[k]] / (t1 - self.last[k]), self.last[k]))
+        self.ghost[key] = (self.cls[key], self.refs[key])
+        self.ended[self.cls[key]] += 1.0
+        for table in (self.cls, self.last, self.refs, self.parent):
+            table.pop(key, None)
+        while len(self.ghost) > max(64, int(self.p.ghost_factor * len(self.cls))):
+            self.ghost.popitem(last=False)
+        if self.prev == key:
+            self.prev = None
+        self.victims.append(key)
+        return key
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.cls
+
+    def __len__(self) -> int:
+        return len(self.cls)
+
+
+class _Logged(SAECacheReuse):
+    def __init__(self, cap: int, **kw: object) -> None:
+        super().__init__(cap, **kw)  # type: ignore[arg-type]
+        self.victims: list[int] = []
+
+    def victim(self, now: float) -> int:  # type: ignore[override]
+        self.victims.append(super().victim(now))  # type: ignore[arg-type]
+        return self.victims[-1]
+
+
+@pytest.mark.parametrize("workload,sessions,cap,kw", [
+    ("chat", 40, "5%", {"min_interval": 64}), ("tool", 12, "8%", {"min_interval": 64}),
+    ("mix", 40, "4%", {"min_interval": 128, "output_length": False}), ("arena", 120, "10%", {"min_interval": 512, "ghost_factor": 2.0})])
+def test_same_victims_and_learned_probabilities_as_a_plain_reference(
+        workload: str, sessions: int, cap: str, kw: dict[str, object]) -> None:
+    from aicache.sim.prefix import working_set_tokens
+    from aicache.units import parse_size
+
+    reqs, labels = load_requests(workload=workload, sessions=sessions, seed=3)
+    c = parse_size(cap, total=working_set_tokens(reqs), what="cap")
+    pol = _Logged(c, **kw)
+    ref = _Reference(c, ReuseParams(**kw))  # type: ignore[arg-type]
+    a = simulate(reqs, pol, c, labels=labels)
+    b = simulate(reqs, ref, c, labels=labels)
+    assert len(ref.victims) > 300
+    assert pol.victims == ref.victims
+    assert pol.prob == ref.prob and len(set(pol.prob)) > 2  # compared under learned p_c
+    assert a.hit_tokens == b.hit_tokens
+
+
+def test_a_leaf_touched_again_in_its_class_ranks_by_its_newest_touch() -> None:
+    """Block 1's third hit keeps its class (hits capped at 2+), so its entry from the
+    second hit is still in that class's heap when block 2 arrives; block 2 is the older
+    block at the victim and must go first."""
+    pol = SAECacheReuse(100)
+    v = RequestView()
+    v.session_id, v.turn, v.block_types, v.block_tokens, v.input_length = "s", 1, ["user"], 4, 4
+    for key, hit in ((1, False), (1, True), (1, True), (2, False), (1, True)):
+        v.hash_ids = [key]
+        pol.begin(v, 0.0)
+        if hit:
+            pol.on_hit(key, 0, 0.0)
+        else:
+            pol.on_insert(key, 4, 0, 0.0)
+        pol.end(0.0)
+    assert [pol.victim(0.0), pol.victim(0.0)] == [2, 1]

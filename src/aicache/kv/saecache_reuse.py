@@ -43,28 +43,38 @@ over every evictable block (last touches are distinct event numbers). Within a c
 falls with age, so the class's least recently touched leaf is its minimum: each class keeps
 a heap of its leaves by last touch, and a victim costs one heap look-up per non-empty
 class. Deterministic: no random choice.
+
+Hot path (compiled with mypyc, :mod:`aicache.native`; ``benchmarks/saecache_overhead.py
+--policy saecache-reuse`` measures it): a class is one object holding its heap, leaf count,
+``p_c`` and counters (unboxed floats, so counting an outcome allocates nothing); heap
+entries carry the node, so checking a class's top needs no table look-up; a victim scans
+only the classes that have a leaf; the evicted node is its own ghost record. A block that
+gains a child in the same event never enters its class's heap (leaves are decided after
+linking), and a leaf touched again in its class gets a newer entry, the old one left stale.
+``tests/test_saecache_reuse.py`` checks every victim and every learned ``p_c`` against a
+plain reference that keeps none of this bookkeeping.
 """
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass
-from typing import Any
+from heapq import heappop, heappush
+from typing import Any, Final
 
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView
 from aicache.native import mypyc_attr
 
 Key = Hashable
 
-_REFS = 3  #: hits so far: 0, 1, 2+
-_TYPES = {"system": 0, "tool": 0, "reasoning": 1, "decode": 2}  #: other types → group 3
-_TG = 4
-_TURNS = 3  #: turn 1, 2, 3+
-_SIZES = 3 * 4  #: prompt (1, < 16, ≥ 16 blocks) × output (unknown, ≤ 1/8, ≤ 1, > 1 block)
-NCLASS = _REFS * 2 * _TG * _TURNS * _SIZES
+_REFS: Final = 3  #: hits so far: 0, 1, 2+
+_TYPES: Final = {"system": 0, "tool": 0, "reasoning": 1, "decode": 2}  #: other types → group 3
+_TG: Final = 4
+_TURNS: Final = 3  #: turn 1, 2, 3+
+_SIZES: Final = 3 * 4  #: prompt (1, < 16, ≥ 16 blocks) × output (unknown, ≤ 1/8, ≤ 1, > 1 block)
+NCLASS: Final = _REFS * 2 * _TG * _TURNS * _SIZES
 
 
 def class_of(refs: int, last: bool, type_group: int, turn: int, size_group: int) -> int:
@@ -98,18 +108,41 @@ class ReuseParams:
 
 
 class _Node:
-    """One resident block: class, last touch, hits, parent, resident-child count, and
-    whether it is in its class's leaf list."""
+    """One block: key, class, last touch, hits, parent, resident-child count, and whether
+    it is in its class's leaf set. A resident block is a leaf exactly when it has no
+    resident child (``leaf == (kids == 0)``); an evicted one keeps its fields unchanged
+    (``leaf`` False) and is its own ghost record."""
 
-    __slots__ = ("last", "cls", "refs", "parent", "kids", "leaf")
+    __slots__ = ("key", "last", "cls", "refs", "parent", "kids", "leaf")
 
-    def __init__(self) -> None:
+    def __init__(self, key: Key) -> None:
+        self.key = key
         self.last = 0
         self.cls = 0
         self.refs = 0
         self.parent: Key = None
         self.kids = 0
         self.leaf = False
+
+
+class _Class:
+    """One class: its leaves by last touch, its ``p_c`` and its decayed outcome counters.
+
+    ``heap`` holds ``(last touch, node)`` entries, stale ones (a node touched again,
+    reclassed, no longer a leaf or evicted) dropped when they reach the top; ``n`` counts
+    the valid ones. An entry is valid when its node is a leaf of this class with that last
+    touch; last touches are distinct event numbers, so two entries with equal touches hold
+    the same node and the heap never compares nodes."""
+
+    __slots__ = ("cid", "heap", "n", "prob", "reused", "ended")
+
+    def __init__(self, cid: int) -> None:
+        self.cid = cid
+        self.heap: list[tuple[int, _Node]] = []
+        self.n = 0
+        self.prob = 0.5
+        self.reused = 0.0  #: residency intervals that ended in a reuse (hit or ghost hit)
+        self.ended = 0.0  #: residency intervals that ended (hit or eviction)
 
 
 # subclassable from Python: the tests' brute-force check wraps ``victim``
@@ -129,18 +162,15 @@ class SAECacheReuse(PrefixPolicy):
             raise ValueError(f"bad ReuseParams {p!r}")
         self.p = p
         self._nodes: dict[Key, _Node] = {}
-        #: class -> heap of (last touch, key) over its leaves, with stale entries (a key
-        #: touched again, reclassed or no longer a leaf) dropped when they reach the top;
-        #: only classes with a valid leaf are kept, ``_count`` their valid entries
-        self._heaps: dict[int, list[tuple[int, Key]]] = {}
-        self._count: dict[int, int] = {}
-        self._ghost: OrderedDict[Key, tuple[int, int, int]] = OrderedDict()
-        self._reused = [0.0] * NCLASS
-        self._ended = [0.0] * NCLASS
+        self._classes = [_Class(c) for c in range(NCLASS)]
+        #: the classes with a valid leaf (``n > 0``), the only ones a victim looks at
+        self._active: dict[int, _Class] = {}
+        #: evicted blocks, oldest first; a ghost's record is its evicted node
+        self._ghost: OrderedDict[Key, _Node] = OrderedDict()
         self.prob = [0.5] * NCLASS  #: p_c used by the order until the next reconfiguration
         self._t = 0  # logical clock: block events
         self._next_cfg = p.min_interval
-        self._prev: Key = None  # block touched just before, in this request phase
+        self._prev: _Node | None = None  # block touched just before, in this request phase
         self._droot: Key = None  # prompt block the decoded chain hangs under
         self._t0 = 0  # clock at the request's start
         self._turn = 1
@@ -168,7 +198,7 @@ class SAECacheReuse(PrefixPolicy):
         if nd is not None:
             return nd.refs + 1
         g = self._ghost.get(root)
-        return g[2] + 1 if g is not None else 0
+        return g.refs + 1 if g is not None else 0
 
     def begin_decode(self, now: float) -> None:
         v = self.view
@@ -185,7 +215,9 @@ class SAECacheReuse(PrefixPolicy):
         if self._droot is not None:  # link the decoded chain's first block to its root
             root = self._nodes.get(self._droot)
             if root is not None and self._prev is not None:
-                self._link(self._droot, root)
+                self._adopt(self._droot, root)
+                if root.leaf and root.kids:
+                    self._unleaf(root)
             self._droot = None
         v = self.view
         if not self.p.output_length or not v.hash_ids or v.output_length <= 0:
@@ -200,9 +232,9 @@ class SAECacheReuse(PrefixPolicy):
             if nd is None or nd.last < t0:
                 continue
             if nd.leaf:
-                self._unleaf(k, nd)
+                self._unleaf(nd)
                 nd.cls += d
-                self._push(k, nd)
+                self._push(nd)
             else:
                 nd.cls += d
 
@@ -212,50 +244,42 @@ class SAECacheReuse(PrefixPolicy):
         return class_of(refs, i == self._last_i, tg, self._turn, self._size_g)
 
     # ---------------------------------------------------------------- leaf heaps
-    def _push(self, key: Key, nd: _Node) -> None:
-        """``key`` is an evictable leaf of class ``nd.cls`` with last touch ``nd.last``."""
-        h = self._heaps.get(nd.cls)
-        if h is None:
-            h = self._heaps[nd.cls] = []
-        heapq.heappush(h, (nd.last, key))
-        self._count[nd.cls] = self._count.get(nd.cls, 0) + 1
+    def _push(self, nd: _Node) -> None:
+        """``nd`` is an evictable leaf of class ``nd.cls`` with last touch ``nd.last``."""
+        cl = self._classes[nd.cls]
+        heappush(cl.heap, (nd.last, nd))
+        if cl.n == 0:
+            self._active[cl.cid] = cl
+        cl.n += 1
         nd.leaf = True
 
-    def _unleaf(self, key: Key, nd: _Node) -> None:
-        """``key`` leaves its class's leaf set (its heap entry goes stale)."""
-        c = nd.cls
-        n = self._count[c] - 1
-        if n:
-            self._count[c] = n
-        else:
-            del self._count[c]
-            del self._heaps[c]
+    def _unleaf(self, nd: _Node) -> None:
+        """``nd`` leaves its class's leaf set (its heap entry goes stale)."""
+        cl = self._classes[nd.cls]
+        cl.n -= 1
+        if cl.n == 0:
+            del self._active[cl.cid]
+            cl.heap.clear()
         nd.leaf = False
 
-    def _head(self, c: int) -> tuple[int, Key]:
-        """The least recently touched valid leaf of class ``c`` (stale entries dropped)."""
-        h = self._heaps[c]
-        nodes = self._nodes
+    def _head(self, cl: _Class) -> tuple[int, _Node]:
+        """The least recently touched valid leaf of ``cl`` (stale entries dropped)."""
+        h = cl.heap
         while True:
-            last, k = h[0]
-            nd = nodes.get(k)
-            if nd is not None and nd.leaf and nd.cls == c and nd.last == last:
-                return last, k
-            heapq.heappop(h)
+            last, nd = h[0]
+            if nd.leaf and nd.cls == cl.cid and nd.last == last:
+                return last, nd
+            heappop(h)
 
-    def _link(self, key: Key, nd: _Node) -> None:
-        """``self._prev`` (touched just before ``key``) is ``key``'s child."""
+    def _adopt(self, key: Key, nd: _Node) -> None:
+        """The block touched just before ``key`` in this phase becomes its child, unless it
+        has a parent already (``nd.kids`` counts it; the caller updates ``nd``'s leaf state)."""
         c = self._prev
-        self._prev = key
-        if c is None:
+        self._prev = nd
+        if c is None or c.parent is not None:
             return
-        cn = self._nodes.get(c)
-        if cn is None or cn.parent is not None:
-            return
-        cn.parent = key
+        c.parent = key
         nd.kids += 1
-        if nd.leaf:
-            self._unleaf(key, nd)
 
     # ---------------------------------------------------------------- learning
     def _tick(self) -> None:
@@ -265,79 +289,94 @@ class SAECacheReuse(PrefixPolicy):
 
     def reconfigure(self) -> None:
         """Move the learned ``p_c`` into the order, then decay the counters."""
-        r, n = self._reused, self._ended
-        tr, tn = sum(r), sum(n)
+        classes = self._classes
+        tr = tn = 0.0
+        for cl in classes:  # summed in class order, the same on every path
+            tr += cl.reused
+            tn += cl.ended
         if tn > 0:
             pool = tr / tn
             k = self.p.prior
-            self.prob = [(a + k * pool) / (b + k) for a, b in zip(r, n)]
+            for cl in classes:
+                cl.prob = (cl.reused + k * pool) / (cl.ended + k)
+            self.prob = [cl.prob for cl in classes]
         d = self.p.decay
-        self._reused = [x * d for x in r]
-        self._ended = [x * d for x in n]
+        for cl in classes:
+            cl.reused *= d
+            cl.ended *= d
         self._next_cfg = self._t + max(self.p.min_interval, len(self._nodes))
 
     # ---------------------------------------------------------------- events
     def on_hit(self, key: Key, i: int, now: float) -> None:
         nd = self._nodes[key]
-        self._reused[nd.cls] += 1.0
-        self._ended[nd.cls] += 1.0
+        cl = self._classes[nd.cls]
+        cl.reused += 1.0
+        cl.ended += 1.0
         nd.refs += 1
-        cls = self._class(nd.refs, i)
-        if nd.leaf:
-            self._unleaf(key, nd)
-            nd.cls, nd.last = cls, self._t
-            self._push(key, nd)
+        c = self._class(nd.refs, i)
+        t = self._t
+        self._adopt(key, nd)
+        if not nd.leaf:
+            nd.cls, nd.last = c, t
+        elif nd.kids:  # the block touched before it became its child: no longer a leaf
+            self._unleaf(nd)
+            nd.cls, nd.last = c, t
+        elif c == nd.cls:  # a leaf staying in its class: a newer entry, the old goes stale
+            nd.last = t
+            heappush(cl.heap, (t, nd))
         else:
-            nd.cls, nd.last = cls, self._t
-        self._link(key, nd)
+            self._unleaf(nd)
+            nd.cls, nd.last = c, t
+            self._push(nd)
         self._tick()
 
     def on_insert(self, key: Key, tokens: int, i: int, now: float) -> None:
-        nd = _Node()
+        nd = _Node(key)
         g = self._ghost.pop(key, None)
         if g is not None:  # a miss that a larger cache would have hit
-            self._reused[g[1]] += 1.0
-            nd.refs = g[2] + 1
+            self._classes[g.cls].reused += 1.0
+            nd.refs = g.refs + 1
         nd.cls = self._class(nd.refs, i)
         nd.last = self._t
         self._nodes[key] = nd
-        self._push(key, nd)
-        self._link(key, nd)
+        self._adopt(key, nd)
+        if not nd.kids:
+            self._push(nd)
         self._tick()
 
     def victim(self, now: float) -> Key:
-        nodes, prob = self._nodes, self.prob
-        best: Key = None
+        best: _Node | None = None
         bv, bl = float("inf"), 0
         t1 = self._t + 1
-        for c, h in self._heaps.items():
-            last, k = h[0]
-            nd = nodes.get(k)
-            if nd is None or not nd.leaf or nd.cls != c or nd.last != last:
-                last, k = self._head(c)  # the top is stale: drop stale entries (rare)
-            v = prob[c] / (t1 - last)
+        for cl in self._active.values():
+            last, nd = cl.heap[0]
+            if not nd.leaf or nd.cls != cl.cid or nd.last != last:
+                last, nd = self._head(cl)  # the top is stale: drop stale entries (rare)
+            v = cl.prob / (t1 - last)
             if v < bv or (v == bv and last < bl):
-                best, bv, bl = k, v, last
+                best, bv, bl = nd, v, last
         if best is None:
             raise KeyError("victim() on an empty cache")
-        nd = nodes.pop(best)
-        self._unleaf(best, nd)
+        key = best.key
+        nodes = self._nodes
+        del nodes[key]
+        self._unleaf(best)
         ghost = self._ghost
-        ghost[best] = (nd.last, nd.cls, nd.refs)
-        self._ended[nd.cls] += 1.0
+        ghost[key] = best
+        self._classes[best.cls].ended += 1.0
         limit = max(64, int(self.p.ghost_factor * len(nodes)))
         while len(ghost) > limit:
             ghost.popitem(last=False)
-        par = nd.parent
+        par = best.parent
         if par is not None:
             pn = nodes.get(par)
             if pn is not None:
                 pn.kids -= 1
                 if pn.kids == 0:
-                    self._push(par, pn)
-        if self._prev == best:
+                    self._push(pn)
+        if self._prev is best:
             self._prev = None
-        return best
+        return key
 
     def evictable(self) -> list[tuple[float, int, Key]]:
         """Every evictable block as ``(V, last touch, key)``, lowest first: what the
