@@ -60,7 +60,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 BLOCK = 32  #: tokens per vLLM block (CPU attention wants a multiple of 32)
@@ -79,6 +79,11 @@ class Replay:
     prompts: list[list[int]]
     working_set: int  #: distinct chained blocks
     span_s: float     #: the slice's timestamp span (trace clock)
+    #: per request: its conversation (what a client knows and may send), its turn in that
+    #: conversation (0 first), its timestamp (trace clock, seconds)
+    sessions: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
 
 
 def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
@@ -92,7 +97,8 @@ def mooncake(path: Path, sample: int, requests: int | None, max_blocks: int,
     rows = [r for r in rows if r["hash_ids"] and _mix(int(r["hash_ids"][0])) % sample == 0]
     rows = rows[:requests] if requests else rows
     span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000.0 if rows else 0.0
-    return _blocks_replay([([int(h) for h in r["hash_ids"]], int(r["input_length"]))
+    return _blocks_replay([([int(h) for h in r["hash_ids"]], int(r["input_length"]),
+                            f"c{int(r['hash_ids'][0])}", r["timestamp"] / 1000.0)
                            for r in rows], 512, span, max_blocks, seed)
 
 
@@ -108,23 +114,28 @@ def agent(seed: int, sample: int, requests: int | None, max_blocks: int) -> Repl
     rows = rows[:requests] if requests else rows
     span = rows[-1].timestamp - rows[0].timestamp if rows else 0.0
     bt = rows[0].block_tokens if rows else 512
-    return _blocks_replay([(r.hash_ids, r.input_length) for r in rows], bt, span,
-                          max_blocks, seed)
+    return _blocks_replay([(r.hash_ids, r.input_length, str(r.session_id), r.timestamp)
+                           for r in rows], bt, span, max_blocks, seed)
 
 
-def _blocks_replay(reqs: list[tuple[list[int], int]], block_tokens: int, span_s: float,
-                   max_blocks: int, seed: int) -> Replay:
+def _blocks_replay(reqs: list[tuple[list[int], int, str, float]], block_tokens: int,
+                   span_s: float, max_blocks: int, seed: int) -> Replay:
     """Chained block ids (one per ``block_tokens`` trace tokens) to prompts: each id becomes
     one ``BLOCK``-token vLLM block of tokens fixed by (seed, id), cut to the first
     ``max_blocks`` (a cut keeps prefixes), plus a per-request tail of ``input_length mod
-    block_tokens`` tokens at the same scale."""
+    block_tokens`` tokens at the same scale. Each request carries its conversation and
+    timestamp; its turn is its index among its conversation's requests."""
     import numpy as np
 
     from aicache.integrations.vllm.tiny_model import VOCAB
     memo: dict[int, list[int]] = {}
     nodes: set[tuple[int, ...]] = set()
     prompts: list[list[int]] = []
-    for i, (hash_ids, input_length) in enumerate(reqs):
+    turns: list[int] = []
+    seen_turns: dict[str, int] = {}
+    for i, (hash_ids, input_length, conv, _) in enumerate(reqs):
+        turns.append(seen_turns.get(conv, 0))
+        seen_turns[conv] = turns[-1] + 1
         ids = hash_ids[:max_blocks]
         toks: list[int] = []
         for j, h in enumerate(ids):
@@ -136,7 +147,8 @@ def _blocks_replay(reqs: list[tuple[list[int], int]], block_tokens: int, span_s:
         tail = max(1, (input_length % block_tokens) * BLOCK // block_tokens)
         toks += np.random.default_rng([seed, 1 << 40, i]).integers(3, VOCAB, tail).tolist()
         prompts.append(toks)
-    return Replay(prompts, len(nodes), max(span_s, 1.0))
+    return Replay(prompts, len(nodes), max(span_s, 1.0), [r[2] for r in reqs], turns,
+                  [float(r[3]) for r in reqs])
 
 
 def _mix(x: int) -> int:
@@ -154,11 +166,14 @@ def sessions(n: int, turns: int, first: int, new: int, seed: int) -> Replay:
     system = rng.integers(3, VOCAB, 2 * BLOCK).tolist()
     prompts = [system + rng.integers(3, VOCAB, first * BLOCK).tolist() for _ in range(n)]
     out: list[list[int]] = []
-    for _ in range(turns):
+    meta: list[tuple[str, int]] = []
+    for t in range(turns):
         for s in range(n):
             out.append(prompts[s] + rng.integers(3, VOCAB, 7).tolist())  # a partial tail
+            meta.append((f"s{s}", t))
             prompts[s] = prompts[s] + rng.integers(3, VOCAB, new * BLOCK).tolist()
-    return Replay(out, 2 + n * (first + turns * new), float(len(out)))
+    return Replay(out, 2 + n * (first + turns * new), float(len(out)), [m[0] for m in meta],
+                  [m[1] for m in meta], [float(i) for i in range(len(out))])
 
 
 def replay_of(a: argparse.Namespace) -> Replay:
