@@ -33,7 +33,11 @@ process with the same random-weight Llama (``--hidden``, ``--layers``, 2 KV head
 * ``saria:NAME`` — ``SariaSSDTier`` with admission NAME, one arm per ``--admission``
   (default ``E2`` and ``oracle``; any name of ``CHUNK_ADMISSIONS`` or a SARIA rule).
   ``oracle`` writes exactly the chunks ``fs`` read back: the frontier of admission on this
-  replay (it cannot know them online).
+  replay (it cannot know them online). ``hint`` (``HintAdmission``) is sent each request's
+  ``kv_transfer_params = {"aicache": {"session", "turn", "continues"}}``, ``continues``
+  true when its conversation has a later request in the replay: a client that knows it
+  will send another turn (an agent loop) — knowledge the Mooncake trace's clients did not
+  declare; it stands for what a continuation hint would buy.
 
 Reported per system, from the engine's own counters (``LLM.get_metrics()``): external hit
 tokens (``vllm:prompt_tokens_cached_by_source{source="disk"}``), host-DRAM hit tokens, and
@@ -240,8 +244,18 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
     sp = SamplingParams(temperature=0.0, max_tokens=1)
     ttft: list[float] = []
     per_request: list[tuple[int, float]] = []  # (prompt tokens computed, TTFT)
-    for p in rp.prompts:
-        o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
+    hint = system == "saria:hint"
+    last_turn: dict[str, int] = {}
+    for conv, turn in zip(rp.sessions, rp.turns):
+        last_turn[conv] = max(last_turn.get(conv, 0), turn)
+    for i, p in enumerate(rp.prompts):
+        rsp = sp
+        if hint:  # the client's kv_transfer_params; "continues" is read off the replay
+            rsp = sp.clone()
+            rsp.extra_args = {"kv_transfer_params": {"aicache": {
+                "session": rp.sessions[i], "turn": rp.turns[i],
+                "continues": rp.turns[i] < last_turn[rp.sessions[i]]}}}
+        o = llm.generate([TokensPrompt(prompt_token_ids=p)], rsp, use_tqdm=False)[0]
         assert o.metrics is not None, "vLLM kept no request stats (disable_log_stats)"
         ttft.append(float(o.metrics.first_token_latency))
         per_request.append((len(p) - int(o.num_cached_tokens or 0), ttft[-1]))

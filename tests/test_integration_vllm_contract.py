@@ -338,6 +338,33 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
         chunk_tier.make_admission("no-such-admission")
 
 
+def test_hint_writes_a_continuing_conversation_at_its_first_offer(tmp_path):
+    """``admission="hint"``: a request whose client sends ``{"aicache": {"continues":
+    true}}`` has its chunks written at their first offer (served after DRAM eviction, with
+    their bytes); a request without it (or with a non-boolean value) is left to E2, which
+    declines a first offer; an admission naming itself as its rule is a one-line error."""
+    from aicache.errors import BadInput
+    from aicache.integrations import chunk_tier
+
+    h = Host(4, saria(tmp_path, admission="hint"))
+    data: dict = {}
+    a, b_, c = keys(0, 4), keys(10, 14), keys(20, 24)
+    data.update({k: payload(k) for k in a + b_ + c})
+    assert h.put(a, data, params={"aicache": {"session": "s", "turn": 0, "continues": True}})
+    assert h.put(b_, data, params={"aicache": {"continues": "yes"}})
+    assert h.put(c, data)
+    flush(h, 100, 4, data)
+    assert h.dram_keys(a + b_ + c) == [False] * 12
+    answers, got = h.get(a)
+    assert answers == [HIT] * 4 and all(np.array_equal(g, data[k]) for g, k in zip(got, a))
+    assert h.get(b_)[0] == [MISS] and h.get(c)[0] == [MISS]
+    m = h.tier.metrics()
+    assert m["chunks_written"] == 4 and m["admission"] == "hint+E2"
+    h.close()
+    with pytest.raises(BadInput, match="another admission"):
+        chunk_tier.make_admission("hint", True, {"rule": "hint"})
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_same_hit_pattern_as_vllm_fs_tier(tmp_path, seed):
     """Full duplicate with room for everything is write-through, as vLLM's ``fs`` tier:

@@ -17,7 +17,8 @@ share two pieces:
   would qualify it —, without prewrite when ``admit(E_b, R_b)`` already holds),
   ``full-duplicate`` (every offer), ``learned`` (:class:`~aicache.kv.admission.LearnedRule`
   decided at the offer, :class:`LearnedChunkAdmission`), ``oracle`` (a key set fixed in
-  advance: the offline frontier of a replay), or any policy added to
+  advance: the offline frontier of a replay), ``hint`` (a client's "this conversation
+  continues" written at the first offer, :class:`HintAdmission`), or any policy added to
   :data:`CHUNK_ADMISSIONS`.
 * :class:`SlabChunkStore` — chunks on a :class:`~aicache.kvstore.store.TieredKVStore` with
   no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
@@ -81,6 +82,8 @@ class Offer:
     end_token: int = -1  #: where the chunk ends in that request's prompt (-1: unknown)
     now: float = 0.0     #: the adapter's clock, in seconds
     request_tokens: int = -1  #: the request's prompt tokens seen so far (-1: unknown)
+    #: the client's hint that the request's conversation sends another turn (None: not sent)
+    continues: bool | None = None
 
 
 class ChunkAdmission(Protocol):
@@ -166,6 +169,27 @@ class LearnedChunkAdmission:
         self.rule.referenced(sk, now)
 
 
+class HintAdmission:
+    """Write a chunk at its first offer when the offering request's client says its
+    conversation sends another turn (``Offer.continues``); every other offer is decided by
+    ``base`` (SARIA's rule). Under an engine that offers chunks write-through (vLLM's), the
+    reuse evidence SARIA counts arrives one reuse late for a conversation's chunks; a
+    client that knows it will continue (an agent loop) can say so up front. The hint is
+    trusted: a client that sends it for every request makes this full duplicate."""
+
+    __slots__ = ("base", "label")
+
+    def __init__(self, base: ChunkAdmission) -> None:
+        self.base = base
+        self.label = f"hint+{base.label}"
+
+    def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool:
+        return offer.continues is True or self.base.admit(sk, ev, offer)
+
+    def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None:
+        self.base.referenced(sk, ev, now)
+
+
 #: Builds an admission from ``prewrite`` and the tier's ``admission_args`` mapping.
 ChunkAdmissionFactory = Callable[[bool, Mapping[str, object]], ChunkAdmission]
 
@@ -207,8 +231,17 @@ def _learned(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
                        f"write_budget)") from None
 
 
+def _hint(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+    base = args.get("rule", "E2")
+    if not isinstance(base, str) or base.strip().lower() == "hint":
+        raise BadInput(f"admission 'hint': rule {base!r} must name another admission "
+                       f"(e.g. \"E2\")")
+    return HintAdmission(make_admission(base, prewrite, args))
+
+
 #: Admissions by name, beside SARIA's rules (which :func:`make_admission` parses).
-CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle, "learned": _learned}
+CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle, "learned": _learned,
+                                                      "hint": _hint}
 
 
 def make_admission(name: str, prewrite: bool = True,

@@ -19,8 +19,12 @@ With prewrite (SARIA's default) a re-offered chunk is written when ``E_b + 1 ≥
 face being the second. Without prewrite it is written when ``admit(E_b, R_b)`` already
 holds. ``admission="full-duplicate"`` writes every chunk (vLLM's ``fs`` behaviour, one
 flag away); any other admission is chosen by name from
-:data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS`. A declined store still reports
-success: the manager only releases its pins.
+:data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS`. ``admission="hint"``
+writes a chunk at its first offer when the offering request's client sent
+``kv_transfer_params = {"aicache": {"continues": true}}`` (its conversation sends another
+turn; the same object the host policy reads ``session`` and ``turn`` from), SARIA's rule
+deciding the rest. A declined store still reports success: the manager only releases its
+pins.
 
 Bytes go to a :class:`~aicache.integrations.chunk_tier.SlabChunkStore` (the store the
 SGLang backend uses too): slab files with per-block checksums, crash recovery by header
@@ -65,6 +69,8 @@ from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
     AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
 )
+
+PARAMS_KEY = "aicache"  #: our object in a request's ``kv_transfer_params`` (the host policy's too)
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
@@ -124,7 +130,8 @@ class SariaSSDTier(SecondaryTierManager):
     ``extra`` keys of the ``secondary_tiers`` entry: ``root_dir`` (required), ``ssd_bytes``
     (the byte budget of the slab files, required), ``admission`` (``E2`` default, ``R8``,
     ``E2∨R8``, ``full-duplicate``, or a name in ``CHUNK_ADMISSIONS``), ``admission_args``
-    (a JSON object for that admission, e.g. ``oracle``'s ``keys_file``), ``prewrite``
+    (a JSON object for that admission, e.g. ``oracle``'s ``keys_file``, ``hint``'s
+    ``rule``), ``prewrite``
     (default true), ``io_threads``, ``metadata_entries`` (counters kept for chunks not
     held; default 8 × SSD slots).
     """
@@ -223,13 +230,14 @@ class SariaSSDTier(SecondaryTierManager):
             ctx.get_offload_key_position(k) if ctx is not None else None
             for k in job_metadata.keys)]
         seen_tokens = max(ends, default=-1)  # the prompt so far: its last offered chunk's end
+        continues = _continues_hint(ctx)
         for key, cid, end in zip(job_metadata.keys, job_metadata.chunk_ids, ends):
             sk = self._skey(key)
             m.chunks_offered += 1
             if sk in self._state:
                 m.already_held += 1
                 continue
-            if self.admits(sk, Offer(req_id, end, now, seen_tokens)):
+            if self.admits(sk, Offer(req_id, end, now, seen_tokens, continues)):
                 m.admissions += 1
                 self._state[sk] = ChunkState.WRITING
                 todo.append((sk, int(cid)))
@@ -387,6 +395,15 @@ class _LoadFirstWorker:
             self._closed = True
             self._cv.notify_all()
         self._thread.join()
+
+
+def _continues_hint(ctx: ReqContext | None) -> bool | None:
+    """``kv_transfer_params["aicache"]["continues"]`` when the client sent a boolean (its
+    conversation sends another turn), else None."""
+    params = ctx.kv_transfer_params if ctx is not None else None
+    raw = params.get(PARAMS_KEY) if isinstance(params, Mapping) else None
+    v = raw.get("continues") if isinstance(raw, Mapping) else None
+    return v if isinstance(v, bool) else None
 
 
 def _namespace_base(spec: OffloadingSpec, row_bytes: int) -> str:
