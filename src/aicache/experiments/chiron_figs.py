@@ -30,6 +30,7 @@ LLM arms count the server's own usage.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,7 +40,7 @@ from aicache.adaptive.advisor.base import PATTERNS
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _pct, _workload, best_baseline, completed,
                                         simulate_cell, tokens_counted_by)
-from aicache.experiments.chiron_llm import SCENARIOS, MeasuredDelayRunner, Scenario, transcripts
+from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
 
@@ -52,8 +53,9 @@ def macro_f1(conf: Mapping[str, Mapping[str, int]]) -> float | None:
 
 def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     """One Chiron run: ``workload, scale, seed, advisor`` (a spec, or ``llm:PATH`` for a
-    transcript), ``chiron`` overrides, ``delay`` (``fixed`` or ``measured``). Returns the
-    simulator's metrics plus what the grader's answer log shows."""
+    transcript, relative to the committed transcript folder or absolute), ``chiron``
+    overrides, ``delay`` (``fixed`` or ``measured``). Returns the simulator's metrics plus
+    what the grader's answer log shows."""
     from aicache.datacache.policy.registry import make_system
     from aicache.sim.datacache import simulate_datacache
     from aicache.sim.grading import ChironGrader
@@ -61,7 +63,7 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     seed = int(params.get("seed", 0))
     wl = _workload(params["workload"], float(params.get("scale", 1.0)), seed)
     spec = str(params.get("advisor", "statistical"))
-    adv_spec = f"replay:{spec[4:]}" if spec.startswith("llm:") else spec
+    adv_spec = f"replay:{TRANSCRIPT_DIR / spec[4:]}" if spec.startswith("llm:") else spec
     from aicache.adaptive.advisor.registry import make_advisor
 
     adv = _advisor(adv_spec, seed)
@@ -133,7 +135,19 @@ def _llm_arms(sc: Scenario) -> list[dict[str, Any]]:
             "chiron": sc.params()}
     if sc.delay != "fixed":
         base["delay"] = sc.delay
-    return [{**base, "advisor": f"llm:{p}", "arm": tag} for tag, p in transcripts(sc)]
+    return [{**base, "advisor": f"llm:{_transcript_ref(p)}", "transcript_sha256": _sha(p)[:16], "arm": tag}
+            for tag, p in transcripts(sc)]
+
+
+def _transcript_ref(path: Path) -> str:
+    """A committed transcript by its name (cells, hence their keys, the same in every
+    checkout); any other by its absolute path."""
+    return path.name if path.parent.resolve() == TRANSCRIPT_DIR.resolve() else str(path.resolve())
+
+
+def _sha(path: Path) -> str:
+    """The transcript's digest, a cell parameter: a re-recorded transcript is a new cell."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _fmt(x: Any, nd: int = 3) -> Any:
