@@ -39,7 +39,7 @@ from typing import Any
 from aicache.adaptive.advisor.base import PATTERNS
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _pct, _workload, best_baseline, completed,
-                                        simulate_cell, tokens_counted_by)
+                                        simulate_cell, token_note, tokens_counted_by)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
@@ -262,7 +262,7 @@ class Advisors(ChironArms):
                                "prompt tokens an LLM would have been sent (it decides alike under both gates). "
                                "'gate rejected' counts advice below tau or contradicted by the evidence check; "
                                "'evidence adopted', decisions where the harness adopted the evidence's own "
-                               "diagnosis instead of the advice. " + miss)],
+                               "diagnosis instead of the advice. " + token_note(ok) + " " + miss)],
             description=("W1–W3 at small scale (1,000-ID windows, every other knob default). The LLM arms "
                          "replay Gemma 3 270M's recorded answers with the simulator's 1 s virtual delay, under "
                          "the default gate (confidence + evidence check) and under the seed's confidence gate "
@@ -506,8 +506,8 @@ class Statistics(ChironArms):
                          "DeepSeek-V4-flash, 1/20 of the workflow, one seed; the seed loses 45% of F1 and 43% of "
                          "CHR without statistics"
                          + (", ours (without vs with): " + "; ".join(ours) + "." if ours else ".")
-                         + " Under our gate the evidence check reads the statistics whatever the prompt holds, "
-                           "so leaving them out of the prompt changes only what the model is told."),
+                         + " Our gate's evidence check reads the accesses themselves, so with the statistics "
+                           "left out of the prompt every answer is still judged against them. " + token_note(ok)),
             published=[{"claim": "without structured statistics (W3)", "seed": "diagnosis F1 -45%, CHR -43%"}])
 
 
@@ -553,7 +553,8 @@ class Interval(ChironArms):
                          "statistical advisor with the prompts an LLM would have been sent counted as tokens. "
                          "'reflection off': routine reviews only, at the interval; 'on': the interval is the "
                          "routine one beside CHR-anomaly reviews. Difference from the seed: the seed's tokens are an "
-                         "LLM's, including any reasoning; ours are the prompts plus the compact answer."),
+                         "LLM's, including any reasoning; ours are the prompts plus the compact answer. "
+                         + token_note(ok)),
             published=[{"interval": "30 s", "JCT": "935 s", "tokens": "32.4K"},
                        {"interval": "45 s", "JCT": "986 s", "tokens": "19.3K"},
                        {"interval": "60 s", "JCT": "1,117 s", "tokens": "12.1K"}])
@@ -601,7 +602,7 @@ class Theta(ChironArms):
                          "sent. Feedback here watches the round's CHR and, beyond the seed, its access shape "
                          "(small-step and reuse shares) with the same theta. Difference from the seed: its "
                          "recovery times come from an LLM's diagnoses on the real W1; ours from the statistical "
-                         "advisor, which needs fewer retries."),
+                         "advisor, which needs fewer retries. " + token_note(ok)),
             published=[{"theta": "0.40", "feedback reviews": 0, "recovery": "38.7 s", "tokens": "83.7k", "CHR": "69–70%"},
                        {"theta": "0.20", "feedback reviews": "-", "recovery": "-", "tokens": "-", "CHR": "69–70%"},
                        {"theta": "0.10", "feedback reviews": 20, "recovery": "23.4 s", "tokens": "96.1k", "CHR": "69–70%"}])
