@@ -20,6 +20,7 @@ every result that carries such counts carries the source with it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 from abc import ABC, abstractmethod
@@ -75,6 +76,9 @@ class ModelTokens(TokenCounter):
         import llama_cpp  # the llm extra: optional, hence imported only here
 
         self._vocab: Llama = llama_cpp.Llama(str(model_path()), vocab_only=True, verbose=False)
+        # freed while the interpreter still runs: llama.cpp's finaliser fails once its
+        # library handles are torn down at exit (an error message, never a wrong count)
+        atexit.register(self._vocab.close)
 
     def render(self, system: str, runtime: str) -> str:
         """The prompt text the local server builds for this exchange (llama-cpp-python's
