@@ -94,3 +94,22 @@ def test_macro_f1_against_hand_counts() -> None:
     # sequential: tp 3, fn 1 (said random), fp 0 -> 6/7; random: tp 2, fp 1, fn 2 (none) -> 4/7
     conf = {"sequential": {"sequential": 3, "random": 1}, "random": {"random": 2, "none": 2}}
     assert macro_f1(conf) == pytest.approx((6 / 7 + 4 / 7) / 2)
+
+
+def test_transcripts_of_every_tag_in_every_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figures find a scenario's transcripts in the committed folder and in each folder of
+    $AICACHE_TRANSCRIPTS, one per tag; a tag recorded again in such a folder replaces the
+    committed one; a model name becomes a file-safe tag."""
+    import shutil
+
+    from aicache.experiments.chiron_llm import model_tag, transcripts
+
+    sc = SCENARIOS["W1-s0.05-evidence"]
+    assert transcripts(sc) == [("gemma3-270m", sc.transcript)]
+    shutil.copy(sc.transcript, tmp_path / f"Qwen-Qwen3-0.6B-{sc.name}.jsonl")
+    shutil.copy(sc.transcript, tmp_path / f"gemma3-270m-{sc.name}.jsonl")
+    shutil.copy(sc.transcript, tmp_path / "other-W1-s0.05-evidence-extra.jsonl")  # another scenario's name
+    monkeypatch.setenv("AICACHE_TRANSCRIPTS", str(tmp_path))
+    assert transcripts(sc) == [("Qwen-Qwen3-0.6B", tmp_path / f"Qwen-Qwen3-0.6B-{sc.name}.jsonl"),
+                               ("gemma3-270m", tmp_path / f"gemma3-270m-{sc.name}.jsonl")]
+    assert model_tag("Qwen/Qwen3-0.6B") == "Qwen-Qwen3-0.6B" and model_tag("gemma3-270m") == "gemma3-270m"
