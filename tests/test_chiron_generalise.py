@@ -22,7 +22,7 @@ import pytest
 
 from aicache.adaptive.advisor.statistical import StatisticalAdvisor, could_show_skew, score_sequence
 from aicache.adaptive.controller import ChironParams, ChironSystem
-from aicache.adaptive.executors import make_executor
+from aicache.adaptive.executors import EPOCH_COUNT_SPREAD, make_executor
 from aicache.adaptive.gate import ConfidenceGate
 from aicache.policies import PREFETCH
 from aicache.policies.prefetch.neighborhood import NeighborhoodPrefetcher
@@ -145,3 +145,88 @@ def test_a_shuffled_tail_too_short_to_show_the_hot_set_does_not_overturn_it() ->
     for stale in (False, True):
         a = adv.diagnose(window, stale_prefix=stale)
         assert a is not None and a.pattern != "sequential"
+
+
+def _spread_brute_force(stream: list[int], window: int, items: int) -> int:
+    """The largest difference between two items' read counts over any ``window``
+    consecutive reads of ``stream`` (counting every item, read or not), by brute force."""
+    worst = 0
+    for end in range(window, len(stream) + 1):
+        counts = [0] * items
+        for b in stream[end - window:end]:
+            counts[b] += 1
+        worst = max(worst, max(counts) - min(counts))
+    return worst
+
+
+@pytest.mark.parametrize("items,window", [(7, 5), (7, 7), (7, 16), (30, 12), (30, 45)])
+def test_epoch_count_spread_bounds_shuffled_epochs_and_passes(items: int, window: int) -> None:
+    rng = random.Random(items * 100 + window)
+    shuffled = [b for _ in range(8) for b in rng.sample(range(items), items)]
+    passes = list(range(items)) * 8
+    mixed = passes[: 2 * items] + shuffled  # a pass, then epochs (a W1 / W2 training start)
+    for stream in (shuffled, passes, mixed):
+        assert _spread_brute_force(stream, window, items) <= EPOCH_COUNT_SPREAD
+
+
+def _random_unit(capacity: int, executors: str = "ours", window: int = 1000) -> ChironSystem:
+    sys_ = ChironSystem(capacity, params=ChironParams(executors=executors, window=window))
+    sys_.use_metadata({}.get)
+    sys_._switch(sys_._unit("frames/x", 0.0), "random", 0.0)
+    return sys_
+
+
+def _read(sys_: ChironSystem, block: int, t: float) -> bool:
+    """One demand read of ``block`` through the system as the driver makes it; True if the
+    block is (now) resident."""
+    hit = block in sys_.sizes
+    sys_.on_access("frames/x", block, 1, hit, t)
+    if hit:
+        return True
+    if not sys_.admit("frames/x", block, 1, sys_.used, t):
+        return False
+    while sys_.used + 1 > sys_.capacity:
+        sys_.victim(t)
+    return sys_.on_insert("frames/x", block, 1, t, False)
+
+
+def test_random_refusal_is_the_seeds_on_shuffled_epochs() -> None:
+    """On shuffled epochs the resident set after the cache fills never changes: the
+    faster-than-epoch rule never fires (the count spread of an epoch stream is <= 2)."""
+    for window in (40, 1000):
+        sys_ = _random_unit(10, window=window)
+        rng = random.Random(window)
+        t = 0.0
+        for epoch in range(12):
+            for b in rng.sample(range(25), 25):
+                _read(sys_, b, t)
+                t += 1.0
+            if epoch == 0:
+                frozen = set(sys_.sizes)
+        assert len(frozen) == 10 and set(sys_.sizes) == frozen
+
+
+def test_random_refusal_yields_to_reads_faster_than_an_epoch() -> None:
+    """After shuffled epochs, a block re-read more than EPOCH_COUNT_SPREAD times beyond the
+    resident LRU block's window count is admitted (replacing that block); one read fewer
+    is refused, and the seed's random executor refuses it whatever its count."""
+    for executors in ("ours", "seed"):
+        sys_ = _random_unit(10, executors)
+        rng = random.Random(5)
+        t = 0.0
+        for _ in range(4):
+            for b in rng.sample(range(25), 25):
+                _read(sys_, b, t)
+                t += 1.0
+        u = sys_.units["frames"]
+        hot = next(b for b in range(25) if b not in sys_.sizes)
+        lru = next(iter(u.executor.eviction.keys()))
+        need = u.window.count(lru) + EPOCH_COUNT_SPREAD + 1  # counted afresh, not from u.counts
+        while u.window.count(hot) < need - 1:
+            assert not _read(sys_, hot, t)
+            t += 1.0
+        assert hot not in sys_.sizes
+        admitted = _read(sys_, hot, t)
+        assert admitted == (executors == "ours")
+        if admitted:
+            assert lru not in sys_.sizes and len(sys_.sizes) == 10

@@ -30,7 +30,9 @@ victim of the unit whose last access is the oldest among units whose executor ev
 (LRU across units, then the unit's own policy inside it); (3) if only units that reject
 when full remain, the oldest unit's fallback order. Admission asks the executor of the
 block's own unit; one that refuses when full still admits while (1) has a block to give
-(consumed data is room, in the ``ours`` executor set). Each read tells the executor the
+(consumed data is room, in the ``ours`` executor set), and, in that set, a block re-read
+faster than a shuffled epoch allows (told the unit's window counts; see
+:meth:`aicache.adaptive.executors.Executor.admit`). Each read tells the executor the
 free bytes (the controller's ``used``) and the read's file, for the fill rule of
 :meth:`aicache.adaptive.executors.Executor.on_access` (file extents from the driver's
 metadata, :meth:`ChironSystem.use_metadata`).
@@ -260,7 +262,7 @@ class _Unit:
         self.round_reads = 0
         self.round_small = 0  # accesses 0 < |step| <= SMALL_STEP from the unit's previous one
         self.round_reuse = 0  # accesses to an ID already in the window
-        self.counts: dict[int, int] = {}  # ID -> occurrences in the window (shape only)
+        self.counts: dict[int, int] = {}  # ID -> occurrences in the window (when tracked)
         self.last_access = now
         self.last_block = -(1 << 62)
         self.reads = 0  # demand reads of this unit
@@ -310,6 +312,9 @@ class ChironSystem(DataCacheSystem):
                                     p.early_retry_s, p.first_review_s, p.reflection)
         self.rng = random.Random(seed)
         self.units_of = UnitMapper(p.unit_depth)
+        #: each unit's window counts (ID -> reads in its window) are kept for shape
+        #: reflection and for an executor set whose random refusal reads them
+        self._track_counts = bool(p.shape_reflection) or EXECUTOR_SETS.get(p.executors)["random"].admits_frequent
         self.units: dict[str, _Unit] = {}
         self.block_unit: dict[int, _Unit] = {}
         self.sizes: dict[int, int] = {}
@@ -371,7 +376,7 @@ class ChironSystem(DataCacheSystem):
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
         u = self._unit(unit, now)
         w = u.window
-        if u.shape is not None:
+        if self._track_counts:
             counts = u.counts
             if len(w) == w.maxlen:
                 old = w[0]
@@ -422,15 +427,17 @@ class ChironSystem(DataCacheSystem):
             u.executor.prefetcher.on_prefetch_wasted(block, now)
 
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
-        """The block's own executor decides; a unit that refuses when full
-        (``rejects_when_full``) still takes it in the place of another unit's *consumed*
-        blocks when its executor counts them as room (``consumed_is_room``): ``victim``
-        evicts those first anyway, so they are the space a finished pass leaves."""
-        ex = self._unit(unit, now).executor
+        """The block's own executor decides (told the unit's window counts, for a refusal
+        that yields to faster-than-epoch re-reads, ``admits_frequent``); a unit that refuses
+        when full (``rejects_when_full``) still takes it in the place of another unit's
+        *consumed* blocks when its executor counts them as room (``consumed_is_room``):
+        ``victim`` evicts those first anyway, so they are the space a finished pass leaves."""
+        u = self._unit(unit, now)
+        ex = u.executor
         if ex.rejects and ex.consumed_is_room and used + size > self.capacity and any(
                 o.executor.eager_candidate() for o in self.units.values()):
             return True
-        return ex.admit(size, used)
+        return ex.admit(size, used, block, u.counts if self._track_counts else None)
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         u = self._unit(unit, now)

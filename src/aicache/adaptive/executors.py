@@ -4,7 +4,7 @@
 | ---------- | ------------------------------ | ----------------- | -------------------------------- |
 | sequential | stride, adaptive depth         | always            | eager (read blocks go first)     |
 | random     | none across samples (rest of a | reject when full  | none while rejecting             |
-|            | multi-block sample only)       | (but see below)   |                                  |
+|            | multi-block sample only)       | (but see below)   | (LRU when it admits)             |
 | skewed     | neighborhood (+ readahead)     | always            | segmented LRU (reuse protects)   |
 | default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
 
@@ -28,7 +28,10 @@ Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
   refusal yields to *consumed* data — when another unit holds read blocks under eager
   eviction, which the controller evicts first, a new block is admitted in their place
   (the stable subset the refusal protects is the unit's own, not another unit's finished
-  pass).
+  pass). The random executor's refusal also yields to *re-reads a shuffled epoch cannot
+  make* (``admits_frequent``, see :meth:`Executor.admit`): until a review names a new
+  pattern the executor of the old one stays, and a refusal that holds while the stream has
+  turned skewed keeps the hot blocks it missed out for good.
 * ``seed`` is that table as written: eager eviction that removes a block once read
   (:class:`SeedEagerEviction`), plain LRU and neighbourhood prefetch for skewed, no
   prefetch for random, strict refusal when full, no fill.
@@ -52,6 +55,10 @@ from aicache.policies.eviction.eager import EagerEviction, SeedEagerEviction
 from aicache.policies.eviction.slru import SegmentedLRU
 from aicache.registry import Registry
 
+#: the most two items' read counts can differ over a run of reads made of shuffled epochs
+#: or sequential passes (every item once per epoch; see :meth:`Executor.admit`)
+EPOCH_COUNT_SPREAD = 2
+
 
 class Executor:
     """Prefetch + admission + eviction for one cache unit under one pattern.
@@ -73,6 +80,10 @@ class Executor:
     #: candidates, which the controller evicts first) count as room, so a new block is
     #: admitted in their place (the controller asks, see ``ChironSystem.admit``)
     consumed_is_room: ClassVar[bool] = True
+    #: with ``rejects_when_full``: a block read at least :data:`EPOCH_COUNT_SPREAD` + 1
+    #: more times within the unit's window than the block it would replace is admitted
+    #: (see :meth:`admit`)
+    admits_frequent: ClassVar[bool] = True
 
     __slots__ = ("capacity", "prefetcher", "eviction", "rejects", "extent_of")
 
@@ -97,8 +108,30 @@ class Executor:
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
         return EVICTION.get(self.eviction_name)(capacity, rng=rng)
 
-    def admit(self, size: int, used: int) -> bool:
-        return not self.rejects or used + size <= self.capacity
+    def admit(self, size: int, used: int, block: int | None = None,
+              window_count: Mapping[int, int] | None = None) -> bool:
+        """Whether ``block`` (``size`` bytes, ``used`` bytes in the cache) may enter.
+
+        An executor that refuses when full (random) keeps a stable subset across shuffled
+        epochs. In a shuffled epoch every item is read exactly once, so over any run of
+        consecutive reads two items' read counts differ by at most
+        :data:`EPOCH_COUNT_SPREAD` (the run holds the same whole epochs for both, plus at
+        most a partial epoch at each end); a sequential pass obeys the same bound. With
+        ``admits_frequent``, a block whose count in the unit's window (``window_count``,
+        ID -> reads in the window) exceeds that of the block it would replace (this unit's
+        least recently used) by more than the bound is re-read faster than any epoch can
+        re-read it — the stream has turned skewed before a review says so — and is
+        admitted. On a stream of shuffled epochs or passes this never happens, so the
+        refusal there is exactly the seed's."""
+        if not self.rejects or used + size <= self.capacity:
+            return True
+        if not self.admits_frequent or block is None or window_count is None:
+            return False
+        # the policy's keys are block ids, typed Hashable by the policy interface
+        victim = cast("int | None", next(iter(self.eviction.keys()), None))
+        if victim is None:
+            return False
+        return window_count.get(block, 0) > window_count.get(victim, 0) + EPOCH_COUNT_SPREAD
 
     def on_access(self, stream: Hashable, block: int, size: int, hit: bool, now: float,
                   file: str = "", free: int = 0) -> Sequence[int]:
@@ -205,11 +238,13 @@ class SeedSequentialExecutor(SequentialExecutor):
 
 
 class SeedRandomExecutor(RandomExecutor):
-    """No prefetch at all; reject new blocks when full, whatever other units hold."""
+    """No prefetch at all; reject new blocks when full, whatever other units hold or
+    however often a refused block is read."""
 
     prefetch_name = "none"
     fills_free_space = False
     consumed_is_room = False
+    admits_frequent = False
 
 
 class SeedSkewedExecutor(SkewedExecutor):
@@ -230,7 +265,8 @@ class SeedDefaultExecutor(DefaultExecutor):
 
 EXECUTORS: Registry[type[Executor]] = Registry("executor")
 EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
-EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full + no eviction")
+EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full (unless re-read faster "
+                   "than an epoch allows) + no eviction")
 EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch (+ readahead in order) + always + segmented LRU")
 EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
 
@@ -238,7 +274,7 @@ EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (J
 EXECUTOR_SETS: Registry[Mapping[str, type[Executor]]] = Registry("executor set")
 EXECUTOR_SETS.register("ours", {n: EXECUTORS.get(n) for n in EXECUTORS.names()},
                        "MRU-style eager, sample-rest for random, segmented LRU + readahead for skewed, "
-                       "fill of free space, consumed data as room (default)")
+                       "fill of free space, consumed data and faster-than-epoch re-reads as room (default)")
 EXECUTOR_SETS.register("seed", {"sequential": SeedSequentialExecutor, "random": SeedRandomExecutor,
                                 "skewed": SeedSkewedExecutor, "default": SeedDefaultExecutor},
                        "the seed's executor table: eager removes a block once read, no prefetch for random, "
