@@ -125,6 +125,9 @@ class Rule:
     def dram_evict(self, k: Key, ev: Ev) -> bool:
         return False
 
+    def referenced(self, k: Key) -> None:
+        """A request asked the SSD tier for ``k`` (once per request)."""
+
 
 class FullDuplicate(Rule):
     """vLLM's ``fs`` tier: writes every offer; its lookups are asynchronous (a key's first
@@ -141,13 +144,32 @@ class Nothing(Rule):
     name = "none"
 
 
-class E2(Rule):
-    """SARIA's E2 with prewrite, as ``SariaSSDTier`` runs it (E counts re-offers)."""
+class TierAdmission(Rule):
+    """The admission ``SariaSSDTier`` runs (``chunk_tier.make_admission(name)`` behind the
+    tier's ``AdmissionGate``), fed the calls the tier gets: an offer per chunk newly stored
+    in DRAM and not held, a reference per request asking the tier for a chunk.
+    ``continues`` is the client hint a request carries (``hint``; None: not sent)."""
 
-    name = "E2"
+    def __init__(self, name: str, capacity: int,
+                 continues: Callable[[Req], bool | None] | None = None,
+                 label: str | None = None) -> None:
+        from aicache.integrations.chunk_tier import AdmissionGate, make_admission
+        self.gate = AdmissionGate(make_admission(name), capacity)
+        self.name = label or name
+        self.continues = continues
+
+    @staticmethod
+    def _sk(k: Key) -> tuple[str, bytes]:
+        return "model", k.to_bytes(8, "big", signed=True)
 
     def offer(self, k: Key, ev: Ev, o: Offer) -> bool:
-        return ev.E + 1 >= 2
+        from aicache.integrations.chunk_tier import Offer as TierOffer
+        hint = self.continues(o.req) if self.continues is not None else None
+        return self.gate.offer(self._sk(k), TierOffer(str(o.req.idx), (o.pos + 1) * BLOCK,
+                                                      o.req.time, o.req.tokens, hint))
+
+    def referenced(self, k: Key) -> None:
+        self.gate.reference(self._sk(k))
 
 
 class KeySet(Rule):
@@ -300,10 +322,12 @@ class StackSim:
 
     # -- the SSD tier
     def _tier_lookup(self, k: Key, seen: set[Key]) -> bool:
-        ev = self.ev.get(k)
-        if ev is not None and k not in seen:
+        if k not in seen:
             seen.add(k)
-            ev.R += 1
+            self.rule.referenced(k)
+            ev = self.ev.get(k)
+            if ev is not None:
+                ev.R += 1
         return k in self.ssd
 
     def _tier_offer(self, k: Key, o: Offer) -> None:
@@ -480,19 +504,21 @@ class WriteAll(FullDuplicate):
 
 # ----------------------------------------------------------------------------- rules measured
 def rules(reqs: Sequence[Req]) -> list[Rule]:
-    """The online candidates (no parameter fitted to a replay), and two with knowledge a
-    client could send (``hint:*``), and the offline oracle."""
+    """The candidates: online ones (no parameter fitted to a replay) and two with what a
+    client could send (``hint:*``; ``hint:continues`` knows the conversation's future). E2
+    and the hint run the tier's own admission objects."""
     last_turn: dict[str, int] = {}
     for r in reqs:
         last_turn[r.session] = max(last_turn.get(r.session, 0), r.turn)
+    meta = 8 * len({k for r in reqs for k in r.keys})  # the tier's default: 8 × its SSD slots
     return [
-        E2(),
+        TierAdmission("E2", meta),
         AtEviction("evict:E2|R8", saria=True),
         AtEviction("evict:reused", min_reuse=1),
         AtOffer("request-level:reused", lambda ev, o: o.in_dram, request_level=True),
         AtOffer("offer:prefix-hit", lambda ev, o: o.prefix_hit > 0),
         AtOffer("hint:turn>=1", lambda ev, o: o.req.turn >= 1),
-        AtOffer("hint:continues", lambda ev, o: o.req.turn < last_turn[o.req.session]),
+        TierAdmission("hint", meta, lambda r: r.turn < last_turn[r.session], "hint:continues"),
     ]
 
 
@@ -613,12 +639,24 @@ def writes_needed(facts: Sequence[ChunkFacts], feats: Sequence[str], target: flo
 
 # ----------------------------------------------------------------------------- the engine's record
 def engine_record(a: argparse.Namespace) -> dict | None:
-    """The engine benchmark's JSON for this replay, if it is in ``docs/results/vllm-tier``."""
-    name = {"mooncake": "mooncake-512x4.json", "agent": "agent-seed5-512x4.json"}.get(a.workload)
-    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "vllm-tier" / str(name)
-    if (a.workload == "agent" and a.seed != 5) or a.max_blocks != 48 or not path.exists():
+    """The engine benchmark's records of this replay in ``docs/results/vllm-tier`` (their
+    systems merged), if there are any."""
+    names = {"mooncake": ("mooncake-512x4.json", "mooncake-hint-512x4.json"),
+             "agent": ("agent-seed5-512x4.json",)}[a.workload]
+    if (a.workload == "agent" and a.seed != 5) or a.max_blocks != 48 or a.dram_fraction != 0.1:
         return None
-    return json.loads(path.read_text())
+    out: dict | None = None
+    for name in names:
+        path = Path(__file__).resolve().parents[1] / "docs" / "results" / "vllm-tier" / name
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        if out is None:
+            out = rec
+        else:
+            for k, v in rec["systems"].items():
+                out["systems"].setdefault(k, v)
+    return out
 
 
 def main() -> None:
@@ -716,7 +754,7 @@ def main() -> None:
     if rec is not None:
         check = {}
         for name, sim_name in (("none", "none"), ("fs", "fs"), ("saria:E2", "E2"),
-                               ("saria:oracle", "oracle")):
+                               ("saria:oracle", "oracle"), ("saria:hint", "hint:continues")):
             e = rec["systems"].get(name)
             if e is None:
                 continue
