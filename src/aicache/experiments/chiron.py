@@ -106,7 +106,7 @@ def tokens_counted_by(advisor: Any) -> str | None:
 def token_note(rows: Iterable[Mapping[str, Any]]) -> str:
     """One sentence saying what the rows' advisor tokens were counted with."""
     said = {"tokenizer:gemma3-270m": "Gemma 3 270M's tokenizer over the prompt as the local server renders it "
-                                     "(equal to the server's own usage count)",
+                                     "(the server's own prompt count) and over the compact answer",
             "estimate": "an estimate (one token per word, number or punctuation mark; the llm extra is not installed)",
             "server usage": "the server's own usage"}
     found = sorted({str(r["tokens_counted_by"]) for r in rows if r.get("tokens_counted_by")})
