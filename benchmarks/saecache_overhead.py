@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+from datetime import datetime, timezone
 
 SESSIONS = {"chat": 1000, "arena": 3000, "tool": 300, "mix": 1000}
 
@@ -80,15 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     factory = PREFIX_POLICIES.get(a.policy)
     module = sys.modules[getattr(factory, "func", factory).__module__]  # a partial: its func
     path = "compiled" if is_compiled(module) else "pure"
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    load0 = os.getloadavg()[0]  # the machine's load: other processes move the CPU times
     rows = {w: measure(w, a.policy, a.repeats, a.capacity, a.seed) for w in wls}
+    load1 = os.getloadavg()[0]
     worst = max(m["ratio"] for m in rows.values())
     worst_paired = max(m["pair_ratio_median"] for m in rows.values())
     if a.json:
-        print(json.dumps({"policy": a.policy, "path": path, "repeats": a.repeats, "capacity_pct": a.capacity,
+        print(json.dumps({"policy": a.policy, "path": path, "started_at": started,
+                          "load_1m": [load0, load1], "repeats": a.repeats, "capacity_pct": a.capacity,
                           "workloads": rows, "worst_ratio": worst,
                           "worst_paired_ratio": worst_paired}))
     else:
-        print(f"{a.policy} and LRU run {path}")
+        print(f"{a.policy} and LRU run {path}; {started}, load {load0:.1f}–{load1:.1f}")
         print(f"{'workload':<8} {'decisions':>10} {'LRU µs':>8} {a.policy + ' µs':>18} {'ratio':>6} {'paired':>7}")
         for w, m in rows.items():
             print(f"{w:<8} {m['decisions']:>10.0f} {m['lru_us']:>8.2f} {m['policy_us']:>18.2f} "
