@@ -1,8 +1,11 @@
 """The compiled hot path: which modules are compiled, and the switch back to pure Python.
 
-The install compiles a few pure-Python modules — the cache template, the libCacheSim
-policies, the KV prefix-cache policies and SAECache (:data:`COMPILED`) — with mypyc into
-extension modules that sit beside their ``.py`` sources. There is one source: the extension is that same file compiled, so the
+The install compiles a few pure-Python modules — the cache template, the policy core of
+the libCacheSim policies LRU, FIFO, CLOCK, SIEVE, S3-FIFO and ARC
+(:mod:`aicache.policies.slotcore`), the KV prefix-cache policies and SAECache
+(:data:`COMPILED`) — into extension modules that sit beside their ``.py`` sources: mypyc
+compiles most, Cython the policy core (:data:`CYTHON`: its state is typed arrays, which
+mypyc cannot index without boxing). There is one source: the extension is that same file compiled, so the
 simulator, the real engines and the tests run the same policy code either way, and the
 results are identical (``tests/test_native.py`` replays traces on both paths and compares
 every request). Where no compiler is present the install skips the compile and the ``.py``
@@ -45,9 +48,15 @@ COMPILED: tuple[str, ...] = (
     "aicache.policies.eviction.sieve",
     "aicache.policies.eviction.s3fifo",
     "aicache.policies.eviction.arc",
+    "aicache.policies.slotcore",
     "aicache.kv.prefix_policies",
     "aicache.kv.saecache",
     "aicache.kv.saecache_reuse",
+)
+#: the modules of :data:`COMPILED` that Cython compiles (pure-Python mode, typed arrays);
+#: mypyc compiles the others
+CYTHON: tuple[str, ...] = (
+    "aicache.policies.slotcore",
 )
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"
