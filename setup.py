@@ -63,6 +63,11 @@ class OptionalBuildExt(build_ext):
             path = Path(self.get_ext_fullpath(ext.name))
             if path.exists():
                 os.utime(path)
+        if self.inplace:  # an old build's extensions of modules that are Python now
+            for name in native_list("RETIRED"):
+                path = Path(self.get_ext_fullpath(name))
+                if path.exists():
+                    path.unlink()
 
 
 def extensions() -> list[object]:

@@ -6,8 +6,9 @@ simulator and the real engines). See ARCHITECTURE in the README.
 
 from __future__ import annotations
 
-from aicache.native import pure_requested, stale_sources, use_pure_python
+from aicache.native import pure_requested, skip_retired, stale_sources, use_pure_python
 
+skip_retired()  # an old build's extensions of modules that are Python now never load
 if pure_requested():  # before any compiled module can be imported
     use_pure_python()
 elif _stale := stale_sources():

@@ -41,13 +41,6 @@ COMPILED: tuple[str, ...] = (
     "aicache.policies.base",
     "aicache.sim.cache",
     "aicache.sim.stackdist",
-    "aicache.policies.eviction.fifo",
-    "aicache.policies.eviction.lru",
-    "aicache.policies.eviction.reject",
-    "aicache.policies.eviction.clock",
-    "aicache.policies.eviction.sieve",
-    "aicache.policies.eviction.s3fifo",
-    "aicache.policies.eviction.arc",
     "aicache.policies.slotcore",
     "aicache.kv.prefix_policies",
     "aicache.kv.saecache",
@@ -57,6 +50,19 @@ COMPILED: tuple[str, ...] = (
 #: mypyc compiles the others
 CYTHON: tuple[str, ...] = (
     "aicache.policies.slotcore",
+)
+#: modules an earlier install compiled and that now run as Python: an extension of theirs
+#: left in an editable tree belongs to an old build (its shim would load a shared library
+#: that no longer holds it), so it is never imported (:func:`skip_retired`), counts as
+#: stale, and the next build deletes it
+RETIRED: tuple[str, ...] = (
+    "aicache.policies.eviction.fifo",
+    "aicache.policies.eviction.lru",
+    "aicache.policies.eviction.reject",
+    "aicache.policies.eviction.clock",
+    "aicache.policies.eviction.sieve",
+    "aicache.policies.eviction.s3fifo",
+    "aicache.policies.eviction.arc",
 )
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"
@@ -88,7 +94,7 @@ def stale_sources(root: str | None = None) -> list[str]:
     just after it), or, where other modules have extensions, a ``.py`` without one (a
     module added to :data:`COMPILED` after the last build)."""
     base = root if root is not None else os.path.dirname(os.path.dirname(__file__))
-    stale = []
+    stale = [name for name in RETIRED if _extension(os.path.join(base, *name.split(".")))]
     unbuilt = []
     built = False
     for name in COMPILED:
@@ -110,6 +116,14 @@ def stale_sources(root: str | None = None) -> list[str]:
     return stale + unbuilt if built else stale
 
 
+def _extension(stem: str) -> str | None:
+    """The extension module file beside ``stem`` (a path without suffix), if any."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if os.path.exists(stem + suffix):
+            return stem + suffix
+    return None
+
+
 def is_compiled(module: ModuleType) -> bool:
     """Whether ``module`` was loaded from an extension module rather than its source."""
     origin = getattr(module, "__file__", None) or ""
@@ -122,11 +136,14 @@ def compiled_modules() -> list[str]:
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Finds the ``.py`` source of a :data:`COMPILED` module, skipping its extension."""
+    """Finds the ``.py`` source of one of ``names``, skipping its extension."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = frozenset(names)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in COMPILED or not path:
+        if fullname not in self.names or not path:
             return None
         leaf = fullname.rpartition(".")[2]
         for folder in path:
@@ -139,5 +156,13 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 def use_pure_python() -> None:
     """Import the ``.py`` sources of :data:`COMPILED` from now on (idempotent). Must run
     before any of them is imported; :mod:`aicache` calls it when :func:`pure_requested`."""
+    if not any(isinstance(f, _SourceFirst) and "aicache.sim.cache" in f.names
+               for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst(COMPILED + RETIRED))
+
+
+def skip_retired() -> None:
+    """Import the :data:`RETIRED` modules from their sources whatever is beside them
+    (idempotent); :mod:`aicache` calls it on import."""
     if not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFirst())
+        sys.meta_path.insert(0, _SourceFirst(RETIRED))

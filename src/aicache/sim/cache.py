@@ -69,7 +69,7 @@ class Cache:
 
     Counters are plain slots (read them through :attr:`stats`), split by hit and miss so a
     request updates two of them, not four. A policy may offer :meth:`EvictionPolicy.fast_hit`
-    — a C-level callable taking only the key (LRU: ``OrderedDict.move_to_end``) — which
+    — a C-level callable taking only the key (e.g. a bound C method) — which
     ``request`` then calls on hits instead of ``on_hit``; the result is the same.
     """
 

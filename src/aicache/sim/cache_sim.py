@@ -23,6 +23,13 @@ The hot loop hands the ``tolist()`` columns of each numpy batch to
 :meth:`aicache.sim.cache.Cache.request_batch`, which loops in compiled code where the
 install compiled it (:mod:`aicache.native`) — no per-request allocation beyond the ints
 themselves.
+
+For the slot-array policies (:class:`aicache.policies.slotted.SlotPolicy`: LRU, FIFO,
+CLOCK, SIEVE, S3-FIFO, ARC) in objects mode without prefetching, the simulator drives the
+policy's core directly (:func:`_simulate_slots`): the pre-pass turns the trace's ids into
+dense slot ids (:class:`aicache.policies.slotcore.SlotMap`, whose count is the working
+set) and :func:`aicache.policies.slotcore.replay` runs ``Cache.request``'s objects-mode
+steps over them — the same core, the same counts, no Python object per request.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH, PrefetchPolicy, make_eviction
-from aicache.policies.base import NoPrefetch
+from aicache.policies import slotcore
+from aicache.policies.base import EvictionPolicy, NoPrefetch
+from aicache.policies.slotted import SlotPolicy
 from aicache.sim.cache import Cache
 from aicache.traces.base import RequestBatch
 from aicache.traces.formats._common import DEFAULT_BATCH, TraceSource
@@ -242,6 +251,8 @@ def simulate(
         parse_size(cache_size, what="cache size")  # a typo fails before the pre-pass
     t0 = time.perf_counter()
     src = _open(source_or_path, fmt, skip_bad)
+    if size_mode == "objects" and issubclass(pf_cls, NoPrefetch) and replayable(policy_cls):
+        return _simulate_slots(src, policy, cache_size, seed, progress, batch_size, t0)
     ws = scan(src, need_bytes=size_mode == "bytes",
               need_future=bool(getattr(policy_cls, "needs_future", False)), batch_size=batch_size,
               retain_bytes=RETAIN_BYTES)
@@ -280,6 +291,103 @@ def simulate(
         format=src.format, working_set=ws.size(size_mode), evictions=st.evictions,
         prefetched=prefetched, prefetch_hits=prefetch_hits, bad_records=bad_records,
         zero_size_skipped=src.zero_size_records, scan_seconds=t_scan, seed=seed,
+    )
+
+
+def replayable(cls: type[EvictionPolicy]) -> bool:
+    """Whether :func:`aicache.policies.slotcore.replay` may stand for ``Cache`` over
+    ``cls``: a :class:`SlotPolicy` whose events are the core's (a subclass that admits,
+    or changes an event, goes through ``Cache``)."""
+    if not issubclass(cls, SlotPolicy) or cls.may_reject or cls.self_evicting:
+        return False
+    return all(getattr(cls, m) is getattr(SlotPolicy, m)
+               for m in ("access", "on_hit", "on_miss", "on_insert", "victim", "admit"))
+
+
+@dataclass(slots=True)
+class _SlotTrace:
+    """The pre-pass of :func:`_simulate_slots`: the trace as slot ids and sizes (kept while
+    they take at most :data:`RETAIN_BYTES`; else None and the replay maps again)."""
+
+    requests: int
+    slots: slotcore.SlotMap
+    kept: list[tuple[np.ndarray, np.ndarray]] | None
+
+
+def _slot_batches(source: TraceSource, slots: slotcore.SlotMap,
+                  batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each batch as (slot ids, sizes), mapping new ids to new slots."""
+    for b in source.batches(batch_size):
+        n = len(b)
+        if not n:
+            continue
+        dense = np.empty(n, dtype=np.int32)
+        slots.map(np.ascontiguousarray(b.obj_id, dtype=np.uint64), dense)
+        yield dense, np.ascontiguousarray(b.obj_size, dtype=np.int64)
+
+
+def scan_slots(source: TraceSource, batch_size: int = DEFAULT_BATCH,
+               retain_bytes: int = RETAIN_BYTES) -> _SlotTrace:
+    slots = slotcore.SlotMap()
+    kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+    requests = kept_bytes = 0
+    for dense, sizes in _slot_batches(source, slots, batch_size):
+        requests += len(dense)
+        if kept is not None:
+            kept_bytes += dense.nbytes + sizes.nbytes
+            if kept_bytes <= retain_bytes:
+                kept.append((dense, sizes))
+            else:
+                kept = None
+    return _SlotTrace(requests, slots, kept)
+
+
+def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, seed: int,
+                    progress: bool | None, batch_size: int, t0: float) -> CacheSimResult:
+    """:func:`simulate` in objects mode over a :func:`replayable` policy, without
+    prefetching: the same requests, checks and counts, through the policy's core."""
+    st = scan_slots(src, batch_size)
+    bad_records, zero_size = src.bad_records, src.zero_size_records
+    if st.requests == 0 and src.zero_size_records:
+        raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
+                       "have obj_size 0, which libCacheSim's reader skips and so does this one; "
+                       "write the trace with the objects' sizes")
+    if st.requests == 0:
+        raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
+    objects = int(st.slots.n)
+    ws = WorkingSet(requests=st.requests, objects=objects, bytes=0)
+    cap = resolve_cache_size(cache_size, ws, "objects", src.path)
+    t_scan = time.perf_counter() - t0
+    pol = make_eviction(policy, cap, rng=random.Random(seed))
+    assert isinstance(pol, SlotPolicy)
+    core = pol.core
+    core.reserve(objects)
+    if progress is None:
+        from aicache.progress import progress_enabled
+
+        progress = progress_enabled() and st.requests >= PROGRESS_MIN_REQUESTS
+    from aicache.progress import progress as progress_bar
+
+    hits = bytes_hit = bytes_total = evictions = used = 0
+    with progress_bar(st.requests, f"{policy} on {os.path.basename(src.path)}", enabled=progress) as bar:
+        batches = (iter(st.kept) if st.kept is not None
+                   else _slot_batches(src, st.slots, batch_size))
+        for dense, sizes in batches:
+            h, bh, ev, _, used = slotcore.replay(core, dense, sizes, cap, used)
+            hits += h
+            bytes_hit += bh
+            evictions += ev
+            bytes_total += int(sizes.sum())
+            bar.advance(len(dense))
+    wall = time.perf_counter() - t0
+    n = st.requests
+    return CacheSimResult(
+        trace=src.path, policy=policy, prefetch="none", size_mode="objects", cache_size=cap,
+        requests=n, hits=hits, miss_ratio=1.0 - hits / n,
+        byte_miss_ratio=1.0 - bytes_hit / bytes_total if bytes_total else 0.0,
+        wall_seconds=wall, requests_per_second=n / wall if wall > 0 else 0.0,
+        format=src.format, working_set=objects, evictions=evictions,
+        bad_records=bad_records, zero_size_skipped=zero_size, scan_seconds=t_scan, seed=seed,
     )
 
 
