@@ -3,13 +3,14 @@ trace itself, leaves only, determinism, and learning that shows in the victim or
 
 from __future__ import annotations
 
+import json
 import random
 from collections import OrderedDict
 
 import pytest
 
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView
-from aicache.kv.saecache_reuse import NCLASS, ReuseParams, SAECacheReuse, class_of, size_group
+from aicache.kv.saecache_reuse import NCLASS, ReuseParams, ReuseState, SAECacheReuse, class_of, size_group
 from aicache.sim.prefix import infer_labels, load_requests, simulate
 from aicache.traces.base import KVRequest
 
@@ -161,7 +162,7 @@ class _Reference(PrefixPolicy):
 
     name = "saecache-reuse-reference"
 
-    def __init__(self, cap: int, params: ReuseParams) -> None:
+    def __init__(self, cap: int, params: ReuseParams, state: ReuseState | None = None) -> None:
         super().__init__(cap)
         self.p = params
         self.last: dict[int, int] = {}
@@ -180,6 +181,8 @@ class _Reference(PrefixPolicy):
         self.last_i = -1
         self.types: list[str] = []
         self.victims: list[int] = []
+        if state is not None:  # imported: the order starts from its p_c, counting from its counters
+            self.prob, self.reused, self.ended = list(state.prob), list(state.reused), list(state.ended)
 
     def begin(self, view: RequestView, now: float) -> None:
         super().begin(view, now)
@@ -227,7 +230,7 @@ class _Reference(PrefixPolicy):
 
     def _tick(self) -> None:
         self.t += 1
-        if self.t < self.next_cfg:
+        if self.t < self.next_cfg or not self.p.learn:  # frozen: p_c never change
             return
         tr = tn = 0.0
         for a, b in zip(self.reused, self.ended):
@@ -327,3 +330,58 @@ def test_a_leaf_touched_again_in_its_class_ranks_by_its_newest_touch() -> None:
             pol.on_insert(key, 4, 0, 0.0)
         pol.end(0.0)
     assert [pol.victim(0.0), pol.victim(0.0)] == [2, 1]
+
+
+def test_frozen_policy_replays_the_imported_probabilities_as_a_plain_reference() -> None:
+    """The mismatch setup: learn on one workload, export, freeze, replay another. The frozen
+    policy's victims are the plain reference's with p_c held at the imported values, its p_c
+    and its export stay the imported state, and the imported p_c matter (the order differs
+    from the same rule with equal p_c, and from learning online)."""
+    from aicache.sim.prefix import working_set_tokens
+    from aicache.units import parse_size
+
+    fit_reqs, fit_labels = load_requests(workload="chat", sessions=40, seed=100)
+    fit = SAECacheReuse(1, min_interval=64)
+    simulate(fit_reqs, fit, "5%", labels=fit_labels)
+    st = fit.export_state()
+    assert st.prob == fit.prob and len(set(st.prob)) > 2
+    assert st == ReuseState(**json.loads(json.dumps(st.to_dict())))  # survives a JSON round trip
+
+    reqs, labels = load_requests(workload="mix", sessions=40, seed=4)
+    c = parse_size("5%", total=working_set_tokens(reqs), what="cap")
+    kw = {"min_interval": 64, "learn": False}
+    pol = _Logged(c, state=st.to_dict(), **kw)
+    ref = _Reference(c, ReuseParams(**kw), state=st)  # type: ignore[arg-type]
+    a = simulate(reqs, pol, c, labels=labels)
+    b = simulate(reqs, ref, c, labels=labels)
+    assert len(ref.victims) > 300 and pol.victims == ref.victims
+    assert a.hit_tokens == b.hit_tokens
+    assert pol.prob == st.prob and pol.export_state() == st
+    flat = _Reference(c, ReuseParams(**kw))  # type: ignore[arg-type]
+    online = _Logged(c, min_interval=64)
+    simulate(reqs, flat, c, labels=labels)
+    simulate(reqs, online, c, labels=labels)
+    assert pol.victims != flat.victims and pol.victims != online.victims
+
+
+def test_imported_state_warm_starts_learning_as_the_reference_does() -> None:
+    """An import with learning on continues from the exported p_c and counters: the same
+    victims and learned p_c as the reference started from that state; a bad state is refused."""
+    from aicache.sim.prefix import working_set_tokens
+    from aicache.units import parse_size
+
+    fit_reqs, fit_labels = load_requests(workload="tool", sessions=12, seed=100)
+    fit = SAECacheReuse(1, min_interval=64)
+    simulate(fit_reqs, fit, "8%", labels=fit_labels)
+    st = fit.export_state()
+    assert SAECacheReuse(10, state=st).export_state() == st  # nothing lost on import
+    reqs, labels = load_requests(workload="chat", sessions=40, seed=4)
+    c = parse_size("5%", total=working_set_tokens(reqs), what="cap")
+    pol = _Logged(c, state=st, min_interval=64)
+    ref = _Reference(c, ReuseParams(min_interval=64), state=st)
+    simulate(reqs, pol, c, labels=labels)
+    simulate(reqs, ref, c, labels=labels)
+    assert len(ref.victims) > 300 and pol.victims == ref.victims
+    assert pol.prob == ref.prob and pol.prob != st.prob
+    with pytest.raises(ValueError, match="ReuseState"):
+        SAECacheReuse(10, state={"prob": [0.5], "reused": [0.0], "ended": [0.0]})

@@ -37,6 +37,11 @@ reused is kept twice as long; within a class V is LRU's order.
   reconfiguration, every cache's worth of block events (at least ``min_interval``); the
   order uses the ``p`` of the last reconfiguration, so it changes only there. Until the
   first, every class has the same ``p``: LRU over leaves.
+* **Export and freeze** (the mismatch experiment): :meth:`export_state` copies what it has
+  learned (the ``p_c`` the order uses and the decayed counters) as a :class:`ReuseState`; a
+  policy built with ``state=`` starts from it, and with ``learn=False`` as well it neither
+  counts nor reconfigures, so its order is the imported ``p_c`` for the whole replay (the
+  same rule with constant ``p_c``) and its export is the imported state.
 
 Invariant (tested against a brute force): the victim is the minimum of ``(V, last touch)``
 over every evictable block (last touches are distinct event numbers). Within a class V
@@ -59,8 +64,8 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import asdict, dataclass
+from collections.abc import Hashable, Mapping
+from dataclasses import asdict, dataclass, field
 from heapq import heappop, heappush
 from typing import Any, Final
 
@@ -105,6 +110,21 @@ class ReuseParams:
     decay: float = 0.9  #: counter decay per reconfiguration
     min_interval: int = 4096  #: reconfiguration interval floor, in block events
     output_length: bool = True  #: use the finished request's lengths (False: ablation)
+    learn: bool = True  #: False: ``p_c`` and counters stay as given (frozen)
+
+
+@dataclass
+class ReuseState:
+    """What the policy learns, per class: the ``p_c`` its order uses and the decayed
+    counters they are estimated from (the module docstring). Exportable, so a frozen
+    policy can be fitted on one trace and replayed on another."""
+
+    prob: list[float] = field(default_factory=lambda: [0.5] * NCLASS)
+    reused: list[float] = field(default_factory=lambda: [0.0] * NCLASS)
+    ended: list[float] = field(default_factory=lambda: [0.0] * NCLASS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class _Node:
@@ -153,7 +173,8 @@ class SAECacheReuse(PrefixPolicy):
     name = "saecache-reuse"
 
     def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
-                 params: ReuseParams | None = None, **overrides: Any) -> None:
+                 params: ReuseParams | None = None,
+                 state: ReuseState | Mapping[str, Any] | None = None, **overrides: Any) -> None:
         super().__init__(capacity_tokens, rng=rng)
         p = params or ReuseParams()
         if overrides:
@@ -168,6 +189,16 @@ class SAECacheReuse(PrefixPolicy):
         #: evicted blocks, oldest first; a ghost's record is its evicted node
         self._ghost: OrderedDict[Key, _Node] = OrderedDict()
         self.prob = [0.5] * NCLASS  #: p_c used by the order until the next reconfiguration
+        self._learn = p.learn
+        if state is not None:
+            st = state if isinstance(state, ReuseState) else ReuseState(**dict(state))
+            if not len(st.prob) == len(st.reused) == len(st.ended) == NCLASS:
+                raise ValueError(f"ReuseState needs {NCLASS} values per field; give one that "
+                                 "export_state() of this version wrote")
+            for cl in self._classes:
+                c = cl.cid
+                cl.prob, cl.reused, cl.ended = float(st.prob[c]), float(st.reused[c]), float(st.ended[c])
+            self.prob = [cl.prob for cl in self._classes]
         self._t = 0  # logical clock: block events
         self._next_cfg = p.min_interval
         self._prev: _Node | None = None  # block touched just before, in this request phase
@@ -288,7 +319,11 @@ class SAECacheReuse(PrefixPolicy):
             self.reconfigure()
 
     def reconfigure(self) -> None:
-        """Move the learned ``p_c`` into the order, then decay the counters."""
+        """Move the learned ``p_c`` into the order, then decay the counters (frozen: nothing
+        changes)."""
+        if not self._learn:
+            self._next_cfg = self._t + max(self.p.min_interval, len(self._nodes))
+            return
         classes = self._classes
         tr = tn = 0.0
         for cl in classes:  # summed in class order, the same on every path
@@ -306,12 +341,20 @@ class SAECacheReuse(PrefixPolicy):
             cl.ended *= d
         self._next_cfg = self._t + max(self.p.min_interval, len(self._nodes))
 
+    def export_state(self) -> ReuseState:
+        """A copy of what has been learned: the order's ``p_c`` (of the last
+        reconfiguration) and the counters as they stand."""
+        cs = self._classes
+        return ReuseState(prob=list(self.prob), reused=[cl.reused for cl in cs],
+                          ended=[cl.ended for cl in cs])
+
     # ---------------------------------------------------------------- events
     def on_hit(self, key: Key, i: int, now: float) -> None:
         nd = self._nodes[key]
         cl = self._classes[nd.cls]
-        cl.reused += 1.0
-        cl.ended += 1.0
+        if self._learn:
+            cl.reused += 1.0
+            cl.ended += 1.0
         nd.refs += 1
         c = self._class(nd.refs, i)
         t = self._t
@@ -334,7 +377,8 @@ class SAECacheReuse(PrefixPolicy):
         nd = _Node(key)
         g = self._ghost.pop(key, None)
         if g is not None:  # a miss that a larger cache would have hit
-            self._classes[g.cls].reused += 1.0
+            if self._learn:
+                self._classes[g.cls].reused += 1.0
             nd.refs = g.refs + 1
         nd.cls = self._class(nd.refs, i)
         nd.last = self._t
@@ -363,7 +407,8 @@ class SAECacheReuse(PrefixPolicy):
         self._unleaf(best)
         ghost = self._ghost
         ghost[key] = best
-        self._classes[best.cls].ended += 1.0
+        if self._learn:
+            self._classes[best.cls].ended += 1.0
         limit = max(64, int(self.p.ghost_factor * len(nodes)))
         while len(ghost) > limit:
             ghost.popitem(last=False)
