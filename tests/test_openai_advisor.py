@@ -21,6 +21,7 @@ from aicache.adaptive.advisor import Advice, DiagnosisRequest, ReviewContext, ma
 from aicache.adaptive.advisor.base import TRIGGER_CHR_ANOMALY, TRIGGER_PERIODIC
 from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor
 from aicache.adaptive.advisor.replay import RecordingAdvisor, ReplayAdvisor
+from aicache.adaptive.advisor.tokens import EstimatedTokens, estimate_tokens
 from aicache.adaptive.analyzer import analyze
 from aicache.adaptive.prompt import SYSTEM_PROMPT, prompt_key, system_prompt
 
@@ -88,6 +89,10 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
             if kind == "content":
                 prompt_len = sum(len(m["content"]) for m in body["messages"])
                 self._send(200, json.dumps(_completion(payload, prompt_len // 4, len(payload) // 4)).encode())
+            elif kind == "nousage":  # a conforming reply that omits the optional usage block
+                reply = _completion(payload, 0, 0)
+                del reply["usage"]
+                self._send(200, json.dumps(reply).encode())
             elif kind == "status":
                 self._send(payload, b'{"error": {"message": "boom", "type": "server_error"}}')
             elif kind == "sleep":
@@ -155,6 +160,20 @@ def test_request_carries_prompts_and_no_paths(server: tuple[str, Script]) -> Non
         advice.output_tokens,
     )
     assert adv.counters.no_advice == 0 and advice.latency_s > 0
+
+
+def test_missing_usage_is_estimated_not_zero(server: tuple[str, Script]) -> None:
+    url, script = server
+    answer = '{"p":"random","c":0.9,"r":"scattered"}'
+    script.queue.append(("nousage", answer))
+    adv = advisor(url)
+    advice = adv.advise(req(list(range(0, 800, 2))))
+    assert advice is not None and advice.pattern == "random"
+    body = script.bodies[0]
+    system, runtime = (m["content"] for m in body["messages"])
+    assert advice.input_tokens == EstimatedTokens().prompt_tokens(system, runtime) > 0
+    assert advice.output_tokens == estimate_tokens(answer) > 0
+    assert (adv.counters.input_tokens, adv.counters.output_tokens) == (advice.input_tokens, advice.output_tokens)
 
 
 def test_statistics_off_ablation(server: tuple[str, Script]) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
+from aicache.adaptive.advisor.tokens import EstimatedTokens, estimate_tokens
 from aicache.adaptive.prompt import ADVICE_SCHEMA, DEFAULT_PROMPT, check_prompt, parse_advice, prompts_for
 from aicache.errors import BadInput
 
@@ -236,6 +237,14 @@ class OpenAIAdvisor(Advisor):
             text = resp.choices[0].message.content
         except (AttributeError, IndexError, TypeError, ValueError):
             return RawReply(system, runtime, None, usage, latency, "bad response")
+        if not usage:
+            # a server that reports no usage still spent tokens: count them with the
+            # estimate (its own tokenizer is unknown here) and say so in the usage record
+            usage = {
+                "prompt_tokens": EstimatedTokens().prompt_tokens(system, runtime),
+                "completion_tokens": estimate_tokens(text or ""),
+                "estimated": 1,
+            }
         return RawReply(system, runtime, text, usage, latency, None if text else "empty response")
 
     def account(self, reply: RawReply) -> Advice | None:
