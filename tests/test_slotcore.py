@@ -4,7 +4,8 @@ its own two drivers.
 * The simulator's path (``sim.cache_sim.simulate`` → ``slotcore.replay`` over dense slots)
   gives libCacheSim's per-request hits (``lcs_run``: one ``get`` per request), request by
   request, for the six policies; ``simulate`` reports libCacheSim's ``process_trace`` miss
-  ratio on the same file.
+  ratios on the same file, in objects and bytes mode (``replay_bytes``), and ``Cache``'s
+  counts.
 * The key-level adapter (``SlotPolicy`` under ``Cache``) with arbitrary (string) keys and
   slot recycling gives the same hits as the replay over dense ids that never recycles, and
   holds no more slots than the keys it keeps resident or in a ghost list.
@@ -67,21 +68,27 @@ def test_replay_hits_equal_libcachesim_request_by_request(policy: str) -> None:
         assert 0 < ours.sum() < len(ids)
 
 
+@pytest.mark.parametrize("mode", ["objects", "bytes"])
 @pytest.mark.parametrize("policy", SIX)
-def test_simulate_takes_the_slot_path_and_equals_process_trace(policy: str, tmp_path: Path) -> None:
+def test_simulate_takes_the_slot_path_and_equals_process_trace(policy: str, mode: str,
+                                                              tmp_path: Path) -> None:
     assert replayable(type(make_eviction(policy, 100)))
     ids = _zipf(20_000, 4_000, seed=5)
     sizes = np.random.default_rng(1).integers(1, 5000, len(ids))
     sizes = sizes[np.unique(ids, return_inverse=True)[1]]  # one size per object
     path = tmp_path / "t.og"
     write_oracle_general(path, ids, sizes)
-    res = simulate(str(path), policy, "10%", fmt="oracle-general", progress=False)
-    assert res.working_set == len(np.unique(ids)) and res.requests == len(ids)
-    mr, _ = lcs_process_trace(policy, ids, sizes, res.cache_size, "objects", tmp_path / "l.og")
+    res = simulate(str(path), policy, "10%", size_mode=mode, fmt="oracle-general", progress=False)
+    first = np.unique(ids, return_index=True)[1]
+    assert res.working_set == (len(first) if mode == "objects" else int(sizes[first].sum()))
+    assert res.requests == len(ids)
+    mr, bmr = lcs_process_trace(policy, ids, sizes, res.cache_size, mode, tmp_path / "l.og")
     assert res.miss_ratio == pytest.approx(mr, abs=1e-12)
-    # objects mode counts each request's own size for the byte ratio, as Cache does
-    pol = make_eviction(policy, res.cache_size)
-    cache = Cache(res.cache_size, pol, "objects")
+    if mode == "bytes":
+        assert res.byte_miss_ratio == pytest.approx(bmr, abs=1e-12)
+    # the same counts as Cache over the key-level policy (objects mode counts each
+    # request's own size for the byte ratio, as Cache does)
+    cache = Cache(res.cache_size, make_eviction(policy, res.cache_size), mode)
     for i, (k, s) in enumerate(zip(ids.tolist(), sizes.tolist())):
         cache.request(k, s, float(i))
     assert (res.hits, res.evictions) == (cache.stats.hits, cache.stats.evictions)

@@ -42,6 +42,7 @@ COMPILED: tuple[str, ...] = (
     "aicache.sim.cache",
     "aicache.sim.stackdist",
     "aicache.policies.slotcore",
+    "aicache.policies.slotted",
     "aicache.kv.session_predictor",
     "aicache.kv.prefix_policies",
     "aicache.kv.saecache",

@@ -869,6 +869,8 @@ class SlotMap:
     table: cython.ulonglong[::1]
     mask: cython.Py_ssize_t
     n = cython.declare(cython.Py_ssize_t, visibility="readonly")
+    #: the sum of each distinct id's size at its first appearance (:meth:`map_sized`)
+    first_bytes = cython.declare(cython.longlong, visibility="readonly")
 
     def __init__(self, expect: cython.Py_ssize_t = 0) -> None:
         buckets: cython.Py_ssize_t = 1024
@@ -877,6 +879,7 @@ class SlotMap:
         self.table = array("Q", bytes(16 * buckets))
         self.mask = buckets - 1
         self.n = 0
+        self.first_bytes = 0
 
     @cython.cfunc
     @cython.inline
@@ -913,6 +916,18 @@ class SlotMap:
                     out[k] = cython.cast(cython.int, v - 1)
                     break
                 j = (j + 1) & self.mask
+        return self.n
+
+    def map_sized(self, ids: cython.ulonglong[::1], sizes: cython.longlong[::1],
+                  out: cython.int[::1]) -> cython.Py_ssize_t:
+        """:meth:`map`, adding the size of each id's first appearance to ``first_bytes``."""
+        before: cython.Py_ssize_t = self.n
+        self.map(ids, out)
+        k: cython.Py_ssize_t
+        for k in range(len(ids)):
+            if out[k] >= before:  # new slots are numbered in order of first appearance
+                self.first_bytes += sizes[k]
+                before += 1
         return self.n
 
     def _grow(self) -> None:
@@ -964,4 +979,44 @@ def replay(core: Core, ids: cython.int[::1], sizes: cython.longlong[::1],
             rejected += 1
             continue
         used += 1
+    return hits, bytes_hit, evictions, rejected, used
+
+
+def replay_bytes(core: Core, ids: cython.int[::1], sizes: cython.longlong[::1],
+                 capacity: cython.longlong, used: cython.longlong,
+                 stored: cython.longlong[::1]) -> tuple:
+    """``Cache.request`` in bytes mode (see :mod:`aicache.sim.cache`) for each slot
+    ``ids[k]`` of size ``sizes[k]``, over a core reserved for every slot in ``ids``;
+    ``stored[i]`` is the size slot ``i`` was stored with (the cache's table: a hit keeps
+    the stored size) and ``used`` the bytes stored before. Returns ``(hits, bytes_hit,
+    evictions, rejected, used)``."""
+    hits: cython.Py_ssize_t = 0
+    evictions: cython.Py_ssize_t = 0
+    rejected: cython.Py_ssize_t = 0
+    bytes_hit: cython.longlong = 0
+    k: cython.Py_ssize_t
+    i: cython.int
+    v: cython.int
+    size: cython.longlong
+    for k in range(len(ids)):
+        i = ids[k]
+        size = sizes[k]
+        if core.access(i):
+            hits += 1
+            bytes_hit += size
+            continue
+        if not core.on_miss(i, size):
+            rejected += 1
+            continue
+        if size > capacity:
+            continue
+        while used > capacity - size:
+            v = core.victim()
+            used -= stored[v]
+            evictions += 1
+        if not core.insert(i, size):
+            rejected += 1
+            continue
+        stored[i] = size
+        used += size
     return hits, bytes_hit, evictions, rejected, used

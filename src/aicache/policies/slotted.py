@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterable
 from typing import ClassVar, Protocol
 
+from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
 
@@ -43,6 +44,8 @@ class Core(Protocol):
     def take_dropped(self) -> list[int]: ...
 
 
+# Compiled (aicache.native); the six policies subclass it in plain Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SlotPolicy(EvictionPolicy):
     """An eviction policy over a :class:`slotcore.Core` (a subclass builds it in
     :meth:`_make_core`). Invariant: ``_slot[k] == s`` iff ``_keys[s] == k``, and every

@@ -25,11 +25,12 @@ install compiled it (:mod:`aicache.native`) — no per-request allocation beyond
 themselves.
 
 For the slot-array policies (:class:`aicache.policies.slotted.SlotPolicy`: LRU, FIFO,
-CLOCK, SIEVE, S3-FIFO, ARC) in objects mode without prefetching, the simulator drives the
-policy's core directly (:func:`_simulate_slots`): the pre-pass turns the trace's ids into
-dense slot ids (:class:`aicache.policies.slotcore.SlotMap`, whose count is the working
-set) and :func:`aicache.policies.slotcore.replay` runs ``Cache.request``'s objects-mode
-steps over them — the same core, the same counts, no Python object per request.
+CLOCK, SIEVE, S3-FIFO, ARC) without prefetching, the simulator drives the policy's core
+directly (:func:`_simulate_slots`): the pre-pass turns the trace's ids into dense slot ids
+(:class:`aicache.policies.slotcore.SlotMap`, whose count and first-seen bytes are the
+working set) and :func:`aicache.policies.slotcore.replay` (``replay_bytes`` in bytes mode)
+runs ``Cache.request``'s steps over them — the same core, the same counts, no Python
+object per request.
 """
 
 from __future__ import annotations
@@ -251,8 +252,8 @@ def simulate(
         parse_size(cache_size, what="cache size")  # a typo fails before the pre-pass
     t0 = time.perf_counter()
     src = _open(source_or_path, fmt, skip_bad)
-    if size_mode == "objects" and issubclass(pf_cls, NoPrefetch) and replayable(policy_cls):
-        return _simulate_slots(src, policy, cache_size, seed, progress, batch_size, t0)
+    if issubclass(pf_cls, NoPrefetch) and replayable(policy_cls):
+        return _simulate_slots(src, policy, cache_size, size_mode, seed, progress, batch_size, t0)
     ws = scan(src, need_bytes=size_mode == "bytes",
               need_future=bool(getattr(policy_cls, "needs_future", False)), batch_size=batch_size,
               retain_bytes=RETAIN_BYTES)
@@ -314,24 +315,31 @@ class _SlotTrace:
     kept: list[tuple[np.ndarray, np.ndarray]] | None
 
 
-def _slot_batches(source: TraceSource, slots: slotcore.SlotMap,
-                  batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Each batch as (slot ids, sizes), mapping new ids to new slots."""
+def _slot_batches(source: TraceSource, slots: slotcore.SlotMap, batch_size: int,
+                  sized: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each batch as (slot ids, sizes), mapping new ids to new slots (``sized``: and
+    adding their first-seen sizes to ``slots.first_bytes``)."""
     for b in source.batches(batch_size):
         n = len(b)
         if not n:
             continue
         dense = np.empty(n, dtype=np.int32)
-        slots.map(np.ascontiguousarray(b.obj_id, dtype=np.uint64), dense)
-        yield dense, np.ascontiguousarray(b.obj_size, dtype=np.int64)
+        ids = np.ascontiguousarray(b.obj_id, dtype=np.uint64)
+        sizes = np.ascontiguousarray(b.obj_size, dtype=np.int64)
+        if sized:
+            slots.map_sized(ids, sizes, dense)
+        else:
+            slots.map(ids, dense)
+        yield dense, sizes
 
 
 def scan_slots(source: TraceSource, batch_size: int = DEFAULT_BATCH,
-               retain_bytes: int = RETAIN_BYTES) -> _SlotTrace:
+               retain_bytes: int = RETAIN_BYTES, sized: bool = False) -> _SlotTrace:
+    """The pre-pass of :func:`_simulate_slots` (``sized``: the first-seen bytes too)."""
     slots = slotcore.SlotMap()
     kept: list[tuple[np.ndarray, np.ndarray]] | None = []
     requests = kept_bytes = 0
-    for dense, sizes in _slot_batches(source, slots, batch_size):
+    for dense, sizes in _slot_batches(source, slots, batch_size, sized):
         requests += len(dense)
         if kept is not None:
             kept_bytes += dense.nbytes + sizes.nbytes
@@ -342,11 +350,13 @@ def scan_slots(source: TraceSource, batch_size: int = DEFAULT_BATCH,
     return _SlotTrace(requests, slots, kept)
 
 
-def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, seed: int,
-                    progress: bool | None, batch_size: int, t0: float) -> CacheSimResult:
-    """:func:`simulate` in objects mode over a :func:`replayable` policy, without
-    prefetching: the same requests, checks and counts, through the policy's core."""
-    st = scan_slots(src, batch_size)
+def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_mode: str,
+                    seed: int, progress: bool | None, batch_size: int,
+                    t0: float) -> CacheSimResult:
+    """:func:`simulate` over a :func:`replayable` policy, without prefetching: the same
+    requests, checks and counts, through the policy's core."""
+    objects_mode = size_mode == "objects"
+    st = scan_slots(src, batch_size, sized=not objects_mode)
     bad_records, zero_size = src.bad_records, src.zero_size_records
     if st.requests == 0 and src.zero_size_records:
         raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
@@ -355,13 +365,14 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, seed: 
     if st.requests == 0:
         raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
     objects = int(st.slots.n)
-    ws = WorkingSet(requests=st.requests, objects=objects, bytes=0)
-    cap = resolve_cache_size(cache_size, ws, "objects", src.path)
+    ws = WorkingSet(requests=st.requests, objects=objects, bytes=int(st.slots.first_bytes))
+    cap = resolve_cache_size(cache_size, ws, size_mode, src.path)
     t_scan = time.perf_counter() - t0
     pol = make_eviction(policy, cap, rng=random.Random(seed))
     assert isinstance(pol, SlotPolicy)
     core = pol.core
     core.reserve(objects)
+    stored = np.zeros(0 if objects_mode else objects, dtype=np.int64)  # bytes: the cache's table
     if progress is None:
         from aicache.progress import progress_enabled
 
@@ -373,7 +384,10 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, seed: 
         batches = (iter(st.kept) if st.kept is not None
                    else _slot_batches(src, st.slots, batch_size))
         for dense, sizes in batches:
-            h, bh, ev, _, used = slotcore.replay(core, dense, sizes, cap, used)
+            if objects_mode:
+                h, bh, ev, _, used = slotcore.replay(core, dense, sizes, cap, used)
+            else:
+                h, bh, ev, _, used = slotcore.replay_bytes(core, dense, sizes, cap, used, stored)
             hits += h
             bytes_hit += bh
             evictions += ev
@@ -382,11 +396,11 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, seed: 
     wall = time.perf_counter() - t0
     n = st.requests
     return CacheSimResult(
-        trace=src.path, policy=policy, prefetch="none", size_mode="objects", cache_size=cap,
+        trace=src.path, policy=policy, prefetch="none", size_mode=size_mode, cache_size=cap,
         requests=n, hits=hits, miss_ratio=1.0 - hits / n,
         byte_miss_ratio=1.0 - bytes_hit / bytes_total if bytes_total else 0.0,
         wall_seconds=wall, requests_per_second=n / wall if wall > 0 else 0.0,
-        format=src.format, working_set=objects, evictions=evictions,
+        format=src.format, working_set=ws.size(size_mode), evictions=evictions,
         bad_records=bad_records, zero_size_skipped=zero_size, scan_seconds=t_scan, seed=seed,
     )
 
