@@ -321,3 +321,27 @@ def test_anonymous_request_is_single_turn_in_saecache_only(cls: type[SAECache]) 
         got[sid] = pol.queue_of(1)
     assert got["s1"] is Queue.CHAT
     assert got[None] is (Queue.CHAT if cls is SAECacheSeed else Queue.EVICT_FIRST)
+
+
+@pytest.mark.parametrize("cls", [SAECache, SAECacheSeed])
+def test_group_lists_hold_every_resident_block_least_recent_first(cls: type[SAECache]) -> None:
+    # the victim search reads only group heads: each group's list must link exactly its
+    # resident blocks, in touch order (seq ascending), with counts and back links consistent
+    reqs, _ = load_requests(workload="mix", sessions=30, seed=3)
+    cap = working_set_tokens(reqs) // 10
+    pol = cls(cap)
+    res = simulate(reqs, pol, cap)
+    assert res.evictions > 100
+    groups = pol._groups
+    gids = range(len(groups)) if isinstance(groups, list) else list(groups)
+    linked: list[object] = []
+    for gid in gids:
+        g = groups[gid]
+        seqs, prev, b = [], None, g.head
+        while b is not None:
+            assert b.prev is prev and b.gid == gid
+            seqs.append(b.seq)
+            linked.append(b.key)
+            prev, b = b, b.nxt
+        assert g.tail is prev and g.n == len(seqs) and seqs == sorted(seqs)
+    assert sorted(map(str, linked)) == sorted(map(str, pol.resident()))

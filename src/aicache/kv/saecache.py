@@ -31,7 +31,8 @@ their last-access time — (queue, token type, offset bucket) — and every bloc
 shares the constant ``c = α_q · w_τ · posf(bucket)``; ``P = c · S(Δt)/(Δt + δ)`` is then
 strictly decreasing in Δt (S is a survival function), so *within a group the least
 recently used block always has the lowest P*, at any ``now`` and any parameter values.
-Each group is therefore an LRU list (``OrderedDict``: O(1) touch and removal), and a victim
+Each group is therefore an LRU list (:class:`_Group`, linked through the blocks: O(1) touch
+and removal), and a victim
 is the minimum over the group *heads* only. Heads are kept in a heap valid for one
 (``now``, parameter version) pair: rebuilt at most once per request (learning updates
 parameters only at request boundaries), then each eviction pops one head and pushes that
@@ -97,7 +98,7 @@ class _GroupTable(Protocol):
     """Group id → its blocks, least recently touched first: a list over the dense ids of
     :class:`SAECache`, a ``defaultdict`` over the sparse ids of :class:`SAECacheSeed`."""
 
-    def __getitem__(self, gid: int, /) -> OrderedDict[Key, _Blk]: ...
+    def __getitem__(self, gid: int, /) -> _Group: ...
 
 
 class Queue(IntEnum):
@@ -256,7 +257,8 @@ class _Blk:
     separately (the effective type is the request's running arg-max of w, see the routing
     rule above :meth:`SAECache.on_hit`)."""
 
-    __slots__ = ("key", "tokens", "tau", "q", "last", "seq", "gid", "sid", "shared")
+    __slots__ = ("key", "tokens", "tau", "q", "last", "seq", "gid", "sid", "shared",
+                 "prev", "nxt")
 
     def __init__(self, key: Key, tokens: int, tau: int = 0, sid: Hashable = None,
                  q: int = -1, gid: int = 0, seq: int = 0, last: float = 0.0) -> None:
@@ -269,6 +271,67 @@ class _Blk:
         self.gid = gid
         self.sid = sid
         self.shared = False
+        # neighbours in its group's list (None at the ends and outside any group)
+        self.prev: _Blk | None = None
+        self.nxt: _Blk | None = None
+
+
+class _Group:  # not mypyc-serializable: that skips __init__ on a zero-argument call
+    """One group's blocks, least recently touched first: a doubly linked list through the
+    blocks' ``prev``/``nxt``. Append, removal and touch are a few pointer writes (no hash
+    of the key, unlike an ``OrderedDict``), and the head — the group's lowest-P block, see
+    the module docstring — is one attribute read. Invariant: ``n`` blocks are linked from
+    ``head`` to ``tail``; a block outside every group has ``prev is nxt is None``."""
+
+    __slots__ = ("head", "tail", "n")
+
+    def __init__(self) -> None:
+        self.head: _Blk | None = None
+        self.tail: _Blk | None = None
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def append(self, b: _Blk) -> None:
+        """Link ``b`` (in no group) at the tail (most recently touched)."""
+        t = self.tail
+        b.prev = t
+        b.nxt = None
+        if t is None:
+            self.head = b
+        else:
+            t.nxt = b
+        self.tail = b
+        self.n += 1
+
+    def remove(self, b: _Blk) -> None:
+        """Unlink ``b`` (in this group)."""
+        p = b.prev
+        nx = b.nxt
+        if p is None:
+            self.head = nx
+        else:
+            p.nxt = nx
+        if nx is None:
+            self.tail = p
+        else:
+            nx.prev = p
+        b.prev = None
+        b.nxt = None
+        self.n -= 1
+
+    def move_to_end(self, b: _Blk) -> None:
+        """``b`` (in this group) becomes the most recently touched."""
+        if b is not self.tail:
+            self.remove(b)
+            self.append(b)
+
+    def __iter__(self) -> Iterator[_Blk]:
+        b = self.head
+        while b is not None:
+            yield b
+            b = b.nxt
 
 
 
@@ -293,7 +356,7 @@ class SAECache(PrefixPolicy):
         # a private copy: learning updates it in place, the caller's object stays as given
         self.state = copy.deepcopy(st) if st is not None else SAEState()
         self._blocks: dict[Key, _Blk] = {}
-        self._groups: _GroupTable = [OrderedDict() for _ in range(4 * NT * NB)]
+        self._groups: _GroupTable = [_Group() for _ in range(4 * NT * NB)]
         self._res_tokens = [0] * 4
         self._res_count = [0] * 4
         self._ghost: OrderedDict[Key, int] = OrderedDict()
@@ -546,26 +609,26 @@ class SAECache(PrefixPolicy):
         b.q = q
         b.gid = gid
         g = self._groups[gid]
-        g[b.key] = b
+        g.append(b)
         self._res_tokens[q] += b.tokens
         self._res_count[q] += 1
-        if q >= self._QMIN and len(g) == 1:
+        if q >= self._QMIN and g.n == 1:
             self._nonempty.add(gid)
             if self._hnow == now and self._hver == self._version:
                 self._push_head(b, now, gid)
 
     def _unplace(self, b: _Blk) -> None:
         g = self._groups[b.gid]
-        del g[b.key]
+        g.remove(b)
         q = b.q
         self._res_tokens[q] -= b.tokens
         self._res_count[q] -= 1
-        if q >= self._QMIN and not g:
+        if q >= self._QMIN and not g.n:
             self._nonempty.discard(b.gid)
 
     # -- events -------------------------------------------------------------------------
     # Routing, in on_hit / on_insert (once per block, so written inline; a hit that stays
-    # in its group is a single OrderedDict.move_to_end): reasoning → evict-first; shared
+    # in its group is a single _Group.move_to_end): reasoning → evict-first; shared
     # across sessions → structural; a multi-turn session → its chat/agentic queue; a
     # single-turn session's system/tool-schema prompt blocks → structural; the rest →
     # evict-first. Prefix inheritance: the simulator touches a request's blocks tail
@@ -610,7 +673,7 @@ class SAECache(PrefixPolicy):
         b.seq = seq
         b.last = now
         if b.gid == gid:  # stays in its group: a touch (the common hit: O(1), no heap work)
-            self._groups[gid].move_to_end(key)
+            self._groups[gid].move_to_end(b)
         else:
             self._move(b, q, gid, now)
         if i < self._hb:
@@ -662,11 +725,11 @@ class SAECache(PrefixPolicy):
             b = _Blk(key, tokens, tau, self._sid, q, gid, seq, now)
         self._blocks[key] = b
         g = self._groups[gid]
-        g[key] = b
+        g.append(b)
         self._res_tokens[q] += tokens
         self._res_count[q] += 1
         if q:
-            if len(g) == 1:
+            if g.n == 1:
                 self._nonempty.add(gid)
                 if self._hnow == now and self._hver == self._version:
                     heappush(self._heap, (self._prio(b, now), seq, gid))
@@ -678,7 +741,11 @@ class SAECache(PrefixPolicy):
 
     def victim(self, now: float) -> Key:
         if self._res_count[0]:  # evict-first: emptied first, LRU order
-            b = self._groups[0].popitem(last=False)[1]
+            g = self._groups[0]
+            h = g.head
+            assert h is not None  # _res_count[0] blocks are linked in group 0
+            b = h
+            g.remove(b)
             self._res_tokens[0] -= b.tokens
             self._res_count[0] -= 1
         else:
@@ -692,22 +759,24 @@ class SAECache(PrefixPolicy):
             while heap:
                 _, seq, gid = heap[0]
                 g = groups[gid]
-                if not g:
+                h = g.head
+                if h is None:
                     heappop(heap)
                     continue
-                b = next(iter(g.values()))
+                b = h
                 if b.seq != seq:  # stale head: re-enter the group with its current head
                     heapreplace(heap, (self._prio(b, now), b.seq, gid))
                     continue
                 break
             else:
                 raise LookupError("victim() on an empty SAECache")
-            del g[b.key]  # = _unplace(b), inlined
+            g.remove(b)  # = _unplace(b), inlined
             q = b.q
             self._res_tokens[q] -= b.tokens
             self._res_count[q] -= 1
-            if g:
-                nb = next(iter(g.values()))
+            h = g.head
+            if h is not None:
+                nb = h
                 # = self._prio(nb, now), inlined (nb is in the same group as b: same q, gid)
                 dt = now - nb.last
                 c = self._gc.get(gid)
@@ -750,7 +819,9 @@ class SAECache(PrefixPolicy):
         erfc, log = math.erfc, math.log
         heap = []
         for gid in self._nonempty:
-            b = next(iter(groups[gid].values()))
+            h = groups[gid].head
+            assert h is not None  # _nonempty holds the non-empty groups
+            b = h
             dt = now - b.last
             c = gc.get(gid)
             if c is None:
@@ -795,14 +866,14 @@ class SAECache(PrefixPolicy):
         """Resident keys in victim order (what successive :meth:`victim` calls would return
         if nothing changed in between), without changing anything."""
         if self._QMIN:  # queue 0 is outside the heap: it goes first, in LRU order
-            yield from self._groups[0]
+            yield from (b.key for b in self._groups[0])
         # (not evict-first, P, seq, gid, head): the victim heaps' order (the first field is
         # constant where evict-first is not heaped); seq is unique, so the head is never
         # compared
         heap: list[tuple[bool, float, int, int, _Blk]] = []
         iters: dict[int, Iterator[_Blk]] = {}
         for gid in self._nonempty:
-            it = iter(self._groups[gid].values())
+            it = iter(self._groups[gid])
             b = next(it)
             iters[gid] = it
             heap.append((b.q > 0, self._prio(b, now), b.seq, gid, b))
@@ -863,7 +934,7 @@ class SAECacheSeed(SAECache):
         # compiled ``__init__`` that has keyword-only parameters
         super().__init__(capacity_tokens, rng=rng, params=params, state=state, hidden=hidden,
                          **overrides)
-        self._groups = defaultdict(OrderedDict)
+        self._groups = defaultdict(_Group)
         #: the victim heap: (not evict-first, P, seq, gid) of every non-empty group's head
         self._sheap: list[tuple[bool, float, int, int]] = []
         self._omax = max(0, int(self.state.o_max))
@@ -945,7 +1016,7 @@ class SAECacheSeed(SAECache):
         b.seq = self._seq
         b.last = now
         if b.gid == gid and b.q == q:
-            self._groups[gid].move_to_end(key)
+            self._groups[gid].move_to_end(b)
         else:
             self._move(b, q, gid, now)
         if i < self._hb:
@@ -984,8 +1055,9 @@ class SAECacheSeed(SAECache):
     def _rebuild(self, now: float) -> None:
         heap = []
         for gid in self._nonempty:
-            b = next(iter(self._groups[gid].values()))
-            heap.append(self._entry(b, now, gid))
+            h = self._groups[gid].head
+            assert h is not None  # _nonempty holds the non-empty groups
+            heap.append(self._entry(h, now, gid))
         heapify(heap)
         self._sheap = heap
         self._hnow = now
@@ -998,17 +1070,18 @@ class SAECacheSeed(SAECache):
         while heap:
             _, _, seq, gid = heap[0]
             g = self._groups[gid]
-            if not g:
+            h = g.head
+            if h is None:
                 heappop(heap)
                 continue
-            b = next(iter(g.values()))
+            b = h
             if b.seq != seq:  # stale head
                 heapreplace(heap, self._entry(b, now, gid))
                 continue
             self._unplace(b)
-            if g:
-                nb = next(iter(g.values()))
-                heapreplace(heap, self._entry(nb, now, gid))
+            nh = g.head
+            if nh is not None:
+                heapreplace(heap, self._entry(nh, now, gid))
             else:
                 heappop(heap)
             break
