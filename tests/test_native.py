@@ -211,3 +211,35 @@ def test_sources_edited_after_the_build_are_reported_stale(tmp_path: Path) -> No
     for stem in stems:
         stem.with_name(stem.name + suffix).unlink()
     assert stale_sources(str(tmp_path)) == []
+
+
+def test_every_compiled_abc_class_owns_its_abc_cache() -> None:
+    # mypyc builds classes without ABCMeta.__new__; without their own caches all compiled
+    # classes share one, and isinstance answers leak between them (aicache.compiled_abc)
+    import abc
+    import importlib
+
+    from aicache.native import CYTHON
+
+    shared = []
+    for name in sorted(set(COMPILED) | set(CYTHON)):
+        module = importlib.import_module(name)
+        for attr, obj in vars(module).items():
+            if isinstance(obj, abc.ABCMeta) and obj.__module__ == name and "_abc_impl" not in obj.__dict__:
+                shared.append(f"{name}.{attr}")
+    assert shared == []
+
+
+def test_isinstance_answers_do_not_leak_between_policy_classes() -> None:
+    from aicache.kv.prefix_policies import LRUPrefix, PrefixPolicy
+    from aicache.kv.saecache import SAECache
+    from aicache.policies.base import EvictionPolicy
+    from aicache.policies.slotted import SlotPolicy
+
+    lfu, lru = make_eviction("lfu", 10), make_eviction("lru", 10)
+    # the answer for the base class first, then for a compiled sibling, then the base again
+    assert isinstance(lfu, EvictionPolicy) and not isinstance(lfu, SlotPolicy) and isinstance(lfu, EvictionPolicy)
+    assert not issubclass(type(lfu), SlotPolicy) and issubclass(type(lru), SlotPolicy)
+    prefix = LRUPrefix(1000)
+    assert not isinstance(prefix, SAECache) and isinstance(prefix, PrefixPolicy)
+    assert not isinstance(prefix, SAECache) and isinstance(prefix, PrefixPolicy)

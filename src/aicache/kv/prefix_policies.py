@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Final
 
+from aicache.compiled_abc import own_abc_caches
 from aicache.kv.session_predictor import (ContinuationPredictor, LogNormalGaps,
                                           RequestFeatures, SessionTracker)
 from aicache.native import mypyc_attr
@@ -281,3 +282,7 @@ def make_prefix_policy(name: str, capacity_tokens: int, *, seed: int = 0, **para
     """Instantiate the prefix policy ``name`` with an injected ``random.Random(seed)``."""
     factory = PREFIX_POLICIES.get(name)
     return factory(capacity_tokens, rng=random.Random(seed), **params)
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(PrefixPolicy, EvictionAdapter, LRUPrefix, LPC)

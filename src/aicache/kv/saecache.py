@@ -78,6 +78,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
+from aicache.compiled_abc import own_abc_caches
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView, request_features
 from aicache.kv.session_predictor import (ContinuationPredictor, HiddenStateSource,
                                           LogNormalGaps, SessionTracker)
@@ -1244,3 +1245,7 @@ class SAECacheDuel(SAECache):
             key = super().victim(now)
         del self._recency[key]
         return key
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(_TypeSeq, _GroupTable, SAECache, SAECacheSeed, SAECacheDuel)

@@ -69,6 +69,7 @@ from dataclasses import asdict, dataclass, field
 from heapq import heappop, heappush
 from typing import Any, Final
 
+from aicache.compiled_abc import own_abc_caches
 from aicache.kv.prefix_policies import PrefixPolicy, RequestView
 from aicache.native import mypyc_attr
 
@@ -435,3 +436,7 @@ class SAECacheReuse(PrefixPolicy):
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(SAECacheReuse)

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aicache.compiled_abc import own_abc_caches
+
 N_BASE_FEATURES = 8
 
 
@@ -209,3 +211,7 @@ class SessionTracker:
             if now - t <= limit:
                 break
             self._last.popitem(last=False)
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(HiddenStateSource)

@@ -53,6 +53,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from aicache.compiled_abc import own_abc_caches
 from aicache.native import mypyc_attr
 
 Key = Hashable
@@ -233,3 +234,7 @@ class NoPrefetch(PrefetchPolicy):
 
     def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
         return self._EMPTY
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(EvictionPolicy, SelfEvicting, PrefetchPolicy, NoPrefetch)

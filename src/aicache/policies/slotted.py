@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterable
 from typing import ClassVar, Protocol
 
+from aicache.compiled_abc import own_abc_caches
 from aicache.native import mypyc_attr
 from aicache.policies.base import EvictionPolicy, Key
 
@@ -147,3 +148,7 @@ class SlotPolicy(EvictionPolicy):
     def keys(self) -> Iterable[Key]:
         keys = self._keys
         return [keys[s] for s in self.core.order()]
+
+
+# compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
+own_abc_caches(Core, SlotPolicy)
