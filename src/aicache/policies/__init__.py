@@ -33,6 +33,7 @@ EVICTION.register("belady", f"{_E}.belady:Belady", "offline optimum from next-ac
 EVICTION.register("eager", f"{_E}.eager:EagerEviction", "eager: read blocks first, most recently read first (Chiron, sequential)")
 EVICTION.register("eager-seed", f"{_E}.eager:SeedEagerEviction", "eager as published: read blocks first, least recently read first")
 EVICTION.register("slru", f"{_E}.slru:SegmentedLRU", "segmented LRU: probation, then protected re-read blocks (Chiron, skewed)")
+EVICTION.register("aslru", f"{_E}.slru:AdaptiveSLRU", "segmented LRU whose protected share adapts from ghost hits (ARC's rule)")
 EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no eviction: refuse inserts when full")
 
 PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
