@@ -243,3 +243,45 @@ def test_isinstance_answers_do_not_leak_between_policy_classes() -> None:
     prefix = LRUPrefix(1000)
     assert not isinstance(prefix, SAECache) and isinstance(prefix, PrefixPolicy)
     assert not isinstance(prefix, SAECache) and isinstance(prefix, PrefixPolicy)
+
+
+_SIMULATE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_native import simulate_counts
+from aicache.native import compiled_modules
+print(json.dumps({"compiled": compiled_modules(), "runs": simulate_counts(sys.argv[2])}))
+"""
+#: the policies ``sim cache`` replays on the slot core (slotcore.replay / replay_bytes)
+SLOT_POLICIES = ["lru", "fifo", "clock", "sieve", "s3fifo", "arc"]
+
+
+def simulate_counts(path: str) -> dict[str, object]:
+    """``sim cache``'s counts for each slot-core policy and size mode on one trace file."""
+    from aicache.sim.cache_sim import simulate
+
+    out: dict[str, object] = {}
+    for p in SLOT_POLICIES:
+        for m in MODES:
+            r = simulate(path, p, "10%", size_mode=m, fmt="oracle-general", progress=False)
+            out[f"{p}/{m}"] = [r.requests, r.hits, r.evictions, r.miss_ratio, r.byte_miss_ratio,
+                               r.cache_size, r.working_set]
+    return out
+
+
+def test_compiled_and_pure_slot_core_give_sim_cache_the_same_counts(tmp_path: Path) -> None:
+    # the simulator's own loop (dense slots, slotcore.replay) on both paths, in the suite
+    # that CI runs (make test-pure covers the rest of the lockstep tests pure)
+    from lcs_oracle import write_oracle_general
+
+    ids, sizes = _trace(n=20_000, n_obj=3_000, seed=11)
+    write_oracle_general(tmp_path / "t.og", ids, sizes)
+    env = {**os.environ, PURE_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", _SIMULATE, str(Path(__file__).parent),
+                          str(tmp_path / "t.og")], check=True, capture_output=True, text=True, env=env)
+    pure = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pure["compiled"] == []
+    here = json.loads(json.dumps(simulate_counts(str(tmp_path / "t.og"))))
+    for key, counts in here.items():
+        assert 0 < counts[1] < counts[0], key  # some hits, some misses
+    assert here == pure["runs"]
