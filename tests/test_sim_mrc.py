@@ -161,3 +161,27 @@ def test_too_small_unsampled_size_advises_a_larger_size_not_a_higher_rate(tmp_pa
         miss_ratio_curve(trace, "2q", ["2"], sample_rate=0.5)
     msg = str(exc.value)
     assert "2q: capacity 2" in msg and msg.endswith("raise the size") and "--sample-rate" not in msg
+
+
+@pytest.mark.parametrize("policy", ["s3fifo", "arc", "clock", "lru"])
+@pytest.mark.parametrize("mode", ["objects", "bytes"])
+def test_slot_core_replay_of_a_sample_equals_cache(tmp_path: Path, policy: str, mode: str) -> None:
+    """SHARDS replays a sample's sparse slot ids through the policy's slot core; the counts
+    equal :class:`aicache.sim.cache.Cache` replaying the same requests by trace id."""
+    from aicache.sim import mrc
+    from aicache.sim.cache import Cache
+    from aicache.sim.cache_sim import _open
+    from aicache.policies import make_eviction
+
+    ids, sizes = _zipf(30_000, 4_000, 0.9, seed=5)
+    trace = _write(tmp_path / "t.og", "oracle-general", ids, sizes)
+    tr = mrc._load(_open(trace, "oracle-general", False))
+    keys = np.empty(tr.objects, dtype=np.uint64)
+    keys[tr.slots] = tr.ids
+    sample = tr.subset(mrc.shards_sample(keys, 0.3)[tr.slots])
+    assert 0 < len(sample.slots) < len(tr.slots)
+    cap = 300 if mode == "objects" else int(sample.sizes.sum()) // 50
+    got = mrc.simulate_arrays(sample, policy, cap, mode, seed=0)
+    cache = Cache(cap, make_eviction(policy, cap), mode)
+    cache.request_batch(sample.ids.tolist(), sample.sizes.tolist(), sample.times.tolist(), None)
+    assert got == (cache.stats.miss_ratio, cache.stats.byte_miss_ratio)

@@ -52,6 +52,7 @@ COMPILED: tuple[str, ...] = (
 #: mypyc compiles the others
 CYTHON: tuple[str, ...] = (
     "aicache.policies.slotcore",
+    "aicache.sim.stackdist",
 )
 #: modules an earlier install compiled and that now run as Python: an extension of theirs
 #: left in an editable tree belongs to an old build (its shim would load a shared library

@@ -22,7 +22,13 @@ Three methods, chosen by policy and ``sample_rate``:
 * ``simulation`` (``sample_rate=1``): the policy simulated at each size over the whole
   trace, exactly ``sim cache``.
 
-The trace is held in memory as numpy columns (24 bytes per request) for the run.
+The trace is read once and held in memory as numpy columns for the run (28 bytes per
+request): its ids, turned into dense slot ids by :class:`aicache.policies.slotcore.SlotMap`
+as ``sim cache`` does, sizes and times. The stack distances run over the slot ids in
+compiled code (:func:`aicache.sim.stackdist.slot_distances`); a policy with a slot core
+(:func:`aicache.sim.cache_sim.replayable`) replays the whole trace or its sample through
+:func:`aicache.policies.slotcore.replay` as ``sim cache`` does, any other through
+:class:`aicache.sim.cache.Cache`. SHARDS hashes each object's id once, not each request.
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.policies import EVICTION, make_eviction
+from aicache.policies import EVICTION, make_eviction, slotcore
+from aicache.policies.slotted import SlotPolicy
 from aicache.sim.cache import Cache
-from aicache.sim.cache_sim import SIZE_MODES, WorkingSet, _open, resolve_cache_size
-from aicache.sim.stackdist import stack_distances
+from aicache.sim.cache_sim import SIZE_MODES, WorkingSet, _open, replayable, resolve_cache_size
+from aicache.sim.stackdist import slot_distances
 from aicache.traces.formats._common import TraceSource
 from aicache.traces.formats.oracle_general import next_access_times
 from aicache.units import parse_size
@@ -80,9 +87,17 @@ class MRCResult:
 
 @dataclass(slots=True)
 class _Trace:
-    ids: np.ndarray  # uint64
+    ids: np.ndarray  # uint64, the trace's
+    slots: np.ndarray  # int32, dense ids 0 .. objects-1 in order of first appearance
     sizes: np.ndarray  # int64, as requested
     times: np.ndarray  # float64
+    objects: int
+    first_bytes: int  # the sum of each object's first-seen size
+
+    def subset(self, keep: np.ndarray) -> _Trace:
+        """The requests where ``keep`` is true (slot ids unchanged, so still < objects)."""
+        return _Trace(self.ids[keep], self.slots[keep], self.sizes[keep], self.times[keep],
+                      self.objects, self.first_bytes)
 
 
 def parse_sizes(text: str) -> list[str]:
@@ -95,26 +110,35 @@ def parse_sizes(text: str) -> list[str]:
 
 
 def _load(src: TraceSource) -> _Trace:
-    ids, sizes, times = [], [], []
+    smap = slotcore.SlotMap()
+    ids, slots, sizes, times = [], [], [], []
     for b in src.batches():
-        if len(b):
-            ids.append(b.obj_id)
-            sizes.append(b.obj_size)
-            times.append(b.timestamp)
+        n = len(b)
+        if not n:
+            continue
+        bid = np.ascontiguousarray(b.obj_id, dtype=np.uint64)
+        bsz = np.ascontiguousarray(b.obj_size, dtype=np.int64)
+        dense = np.empty(n, dtype=np.int32)
+        smap.map_sized(bid, bsz, dense)
+        ids.append(bid)
+        slots.append(dense)
+        sizes.append(bsz)
+        times.append(b.timestamp)
     if not ids:
         raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
-    return _Trace(np.concatenate(ids).astype(np.uint64, copy=False),
-                  np.concatenate(sizes).astype(np.int64, copy=False),
-                  np.concatenate(times).astype(np.float64, copy=False))
+    return _Trace(np.concatenate(ids), np.concatenate(slots), np.concatenate(sizes),
+                  np.concatenate(times).astype(np.float64, copy=False),
+                  int(smap.n), int(smap.first_bytes))
 
 
-def _previous(ids: np.ndarray) -> np.ndarray:
-    """Index of the previous request to the same object, -1 for a first request."""
-    nxt = next_access_times(ids)
-    prev = np.full(len(ids), -1, dtype=np.int64)
-    has = nxt >= 0
-    prev[nxt[has]] = np.nonzero(has)[0]
-    return prev
+def _first_sizes(tr: _Trace) -> np.ndarray:
+    """Each object's size at its first request, indexed by slot: slots are handed out in
+    order of first appearance, so a request is its object's first iff its slot exceeds
+    every earlier one."""
+    first = np.ones(len(tr.slots), dtype=bool)
+    first[1:] = tr.slots[1:] > np.maximum.accumulate(tr.slots)[:-1]
+    out: np.ndarray = tr.sizes[first]
+    return out
 
 
 def _ratios(hit: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
@@ -124,28 +148,28 @@ def _ratios(hit: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
     return mr, bmr
 
 
-def lru_curve(ids: np.ndarray, sizes: np.ndarray, caps: Sequence[int],
+def lru_curve(tr: _Trace, caps: Sequence[int],
               size_mode: str) -> list[tuple[float, float]] | None:
     """(miss ratio, byte miss ratio) of LRU at each capacity, from stack distances; None
     when bytes mode meets an object whose size changes (no exact one-pass curve)."""
-    prev = _previous(ids)
-    prev_list = prev.tolist()
+    sizes = tr.sizes
+    dist = np.empty(len(sizes), dtype=np.int64)
     if size_mode == "objects":
-        dist = np.asarray(stack_distances(prev_list, [1] * len(ids)), dtype=np.int64)
-        return [_ratios((dist >= 0) & (dist <= c), sizes) for c in caps]
-    first = prev < 0
-    # one size per object: every request's size equals the previous request's
-    if np.any(sizes[~first] != sizes[prev[~first]]):
+        slot_distances(tr.slots, tr.objects, np.ones(len(sizes), dtype=np.int64), dist)
+        dist[dist < 0] = np.iinfo(np.int64).max  # a first request hits at no size
+        return [_ratios(dist <= c, sizes) for c in caps]
+    first_size = _first_sizes(tr)
+    # one size per object: every request's size equals its object's first
+    if np.any(sizes != first_size[tr.slots]):
         return None
-    obj_sizes = np.sort(sizes[first])
+    obj_sizes = np.sort(first_size)
     out: dict[int, tuple[float, float]] = {}
     groups: dict[int, list[int]] = {}  # objects no larger than the size -> the sizes
     for c in caps:
         groups.setdefault(int(np.searchsorted(obj_sizes, c, side="right")), []).append(c)
     for members in groups.values():
         fits = sizes <= members[0]  # the same objects fit every size of the group
-        dist = np.asarray(stack_distances(prev_list, np.where(fits, sizes, 0).tolist()),
-                          dtype=np.int64)
+        slot_distances(tr.slots, tr.objects, np.where(fits, sizes, 0).astype(np.int64), dist)
         stored = fits & (dist >= 0)
         for c in members:
             out[c] = _ratios(stored & (dist <= c), sizes)
@@ -165,8 +189,21 @@ def shards_sample(ids: np.ndarray, rate: float) -> np.ndarray:
 
 def simulate_arrays(tr: _Trace, policy: str, cap: int, size_mode: str,
                     seed: int) -> tuple[float, float]:
-    """``sim cache`` on in-memory columns: (miss ratio, byte miss ratio)."""
+    """``sim cache`` on in-memory columns: (miss ratio, byte miss ratio). A policy with a
+    slot core replays the slot ids through it, as ``sim cache`` does (the same counts)."""
     pol = make_eviction(policy, cap, rng=random.Random(seed))
+    if replayable(EVICTION.get(policy)):
+        assert isinstance(pol, SlotPolicy)
+        core = pol.core
+        core.reserve(tr.objects)
+        if size_mode == "objects":
+            hits, bytes_hit, _, _, _ = slotcore.replay(core, tr.slots, tr.sizes, cap, 0)
+        else:
+            stored = np.zeros(tr.objects, dtype=np.int64)  # the cache's table of sizes
+            hits, bytes_hit, _, _, _ = slotcore.replay_bytes(core, tr.slots, tr.sizes, cap, 0,
+                                                             stored)
+        n, total = len(tr.slots), int(tr.sizes.sum())
+        return 1.0 - hits / n, (1.0 - bytes_hit / total if total else 0.0)
     cache = Cache(cap, pol, size_mode)
     nxt = next_access_times(tr.ids).tolist() if pol.needs_future else None
     cache.request_batch(tr.ids.tolist(), tr.sizes.tolist(), tr.times.tolist(), nxt)
@@ -204,8 +241,7 @@ def miss_ratio_curve(
     t0 = time.perf_counter()
     src = _open(source_or_path, fmt, skip_bad)
     tr = _load(src)
-    _, first = np.unique(tr.ids, return_index=True)
-    ws = WorkingSet(requests=len(tr.ids), objects=len(first), bytes=int(tr.sizes[first].sum()))
+    ws = WorkingSet(requests=len(tr.ids), objects=tr.objects, bytes=tr.first_bytes)
     caps = [resolve_cache_size(s, ws, size_mode, src.path) for s in sizes]
     n = len(tr.ids)
 
@@ -213,17 +249,18 @@ def miss_ratio_curve(
     rates = [1.0] * len(caps)
     points: list[tuple[float, float]] | None = None
     if policy == "lru":
-        points = lru_curve(tr.ids, tr.sizes, caps, size_mode)
+        points = lru_curve(tr, caps, size_mode)
         method, rate = ("stack-distance", 1.0) if points is not None else ("simulation", 1.0)
     if points is None and rate < 1.0:
         mean_size = ws.size(size_mode) / ws.objects
         rates = [min(1.0, max(rate, MIN_SCALED_OBJECTS * mean_size / c)) for c in caps]
         method, points = "shards", []
+        keys = np.empty(tr.objects, dtype=np.uint64)  # each slot's trace id
+        keys[tr.slots] = tr.ids
         for c, r in zip(caps, rates):
             sample, scaled = tr, c
             if r < 1.0:
-                keep = shards_sample(tr.ids, r)
-                sample = _Trace(tr.ids[keep], tr.sizes[keep], tr.times[keep])
+                sample = tr.subset(shards_sample(keys, r)[tr.slots])
                 if len(sample.ids) == 0:
                     raise BadInput(f"sample rate {r} keeps no request of {src.path!r}; "
                                    "raise --sample-rate")

@@ -1,3 +1,6 @@
+# mypy: ignore-errors
+# (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
+# typed callers are aicache.sim.mrc and aicache.traces.summary.)
 """LRU stack distances in one pass (Mattson et al.'s inclusion property, Bennett-Kruskal
 counting with a Fenwick tree): O(n log n) for n requests, whatever the number of sizes.
 
@@ -11,28 +14,44 @@ nothing, so they are not in its stack): the cache's content is then always the l
 prefix of the recency stack that fits, because eviction removes from the bottom only until
 the incoming object fits. :mod:`aicache.sim.mrc` builds the curve from these distances.
 
-Compiled with the hot path (:mod:`aicache.native`); the loop is written over plain lists
-of ints so that it compiles to C arithmetic.
+Cython's pure-Python mode, like :mod:`aicache.policies.slotcore`: the install compiles it
+(:data:`aicache.native.CYTHON`) and the loop of :func:`slot_distances` runs over typed
+arrays in C; uncompiled it is the same code run as Python, with identical results.
 """
 
 from __future__ import annotations
 
+from array import array
 
-def stack_distances(prev: list[int], weights: list[int]) -> list[int]:
-    """``d[i]`` = ``weights[i]`` + the weights of the distinct objects requested strictly
-    between ``prev[i]`` and ``i``; ``-1`` where ``prev[i] < 0``.
+try:
+    import cython
+except ImportError:  # uncompiled without Cython installed: the same code, run as Python
+    from aicache.policies import _cython_shim as cython  # type: ignore[no-redef]
 
-    ``prev[i]`` is the index of the previous request to the same object (``-1``: none);
-    ``weights[i]`` is the object's weight and must be equal on all requests to one object.
-    Invariant of the tree: position ``j`` holds ``weights[j]`` iff request ``j`` is the
-    latest request so far to its object, else 0.
+
+def slot_distances(ids: cython.int[::1], slots: cython.Py_ssize_t,
+                   weights: cython.longlong[::1], out: cython.longlong[::1]) -> None:
+    """``out[i]`` = ``weights[i]`` + the weights of the distinct objects requested strictly
+    between the previous request to ``ids[i]`` and ``i``; ``-1`` for a first request.
+
+    ``ids`` are dense object ids in ``0 .. slots-1`` (:class:`aicache.policies.slotcore.
+    SlotMap`); ``weights[i]`` is the object's weight and must be equal on all requests to
+    one object. Invariant of the tree: position ``j`` holds ``weights[j]`` iff request
+    ``j`` is the latest request so far to its object, else 0.
     """
-    n = len(prev)
-    tree = [0] * (n + 1)  # Fenwick tree over positions 1..n (request j at j + 1)
-    out = [-1] * n
+    n: cython.Py_ssize_t = len(ids)
+    tree: cython.longlong[::1] = array("q", bytes(8 * (n + 1)))  # Fenwick, request j at j + 1
+    last: cython.longlong[::1] = array("q", bytes(8 * slots))  # latest request + 1; 0: none
+    i: cython.Py_ssize_t
+    j: cython.Py_ssize_t
+    p: cython.Py_ssize_t
+    s: cython.int
+    w: cython.longlong
+    total: cython.longlong
     for i in range(n):
+        s = ids[i]
         w = weights[i]
-        p = prev[i]
+        p = last[s] - 1
         if p >= 0:
             total = 0
             j = i  # prefix sum over requests 0 .. i-1
@@ -48,9 +67,31 @@ def stack_distances(prev: list[int], weights: list[int]) -> list[int]:
             while j <= n:
                 tree[j] -= w
                 j += j & -j
+        else:
+            out[i] = -1
         if w:
             j = i + 1
             while j <= n:
                 tree[j] += w
                 j += j & -j
-    return out
+        last[s] = i + 1
+
+
+def stack_distances(prev: list, weights: list) -> list:
+    """:func:`slot_distances` over ``prev[i]``, the index of the previous request to the
+    same object (``-1``: none), instead of object ids; returns the list of distances."""
+    n: cython.Py_ssize_t = len(prev)
+    ids: cython.int[::1] = array("i", bytes(4 * n))
+    count: cython.int = 0
+    i: cython.Py_ssize_t
+    p: cython.Py_ssize_t
+    for i in range(n):
+        p = prev[i]
+        if p >= 0:
+            ids[i] = ids[p]
+        else:
+            ids[i] = count
+            count += 1
+    out = array("q", bytes(8 * n))
+    slot_distances(ids, count, array("q", weights), out)
+    return out.tolist()
