@@ -2,10 +2,13 @@
 cause, and its SSD writes that are never read, by who decided them.
 
     python benchmarks/saria_misses.py [--workload agent] [--model qwen3.5-9b]
-        [--sessions N] [--seed 0] [--arms E2,LA] [--json]
+        [--sessions N] [--seed 0] [--arms E2,LA] [--links a30]
+        [--dram-tokens N --ssd-tokens N] [--json]
 
 Replays one workload (generated once, the ``saria-agent`` cells' parameters: default budgets,
-12 h session window) through full duplicate (FD) and each arm, watching the index
+12 h session window; ``--links a30`` and the A30 models for the ``saria-admission`` panel,
+``--workload mooncake-trace-h2 --dram-tokens 2000000 --ssd-tokens 20000000`` for
+``saria-mooncake``'s held-out half) through full duplicate (FD) and each arm, watching the index
 (``KVIndex.lookup``/``_ssd_write``/``drop_ssd``/``_cancel_write``; the replay itself is
 unchanged, its metrics are those of ``aicache experiment run saria-agent``). Blocks are
 matched across replays by their prefix path.
@@ -187,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="qwen3.5-9b")
     ap.add_argument("--sessions", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--arms", default="E2,LA", help="E<n> (the seed's rule) or LA (learned)")
+    ap.add_argument("--arms", default="E2,LA",
+                    help="E<n> (the seed's rule), LA (learned) or an admission such as E2∨R1")
+    ap.add_argument("--links", choices=("default", "a30"), default="default",
+                    help="a30: saria-admission's A30 testbed links, as its cells pass them")
+    ap.add_argument("--dram-tokens", type=int, default=None)
+    ap.add_argument("--ssd-tokens", type=int, default=None)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
 
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(a: argparse.Namespace, reqs: list[Any], model: Any, window: float,
          holder: list[_Watch], ids: dict[tuple[int, Any], int]) -> dict[str, Any]:
+    from aicache.experiments.saria import _SIM_KEYS, A30_LINKS
     from aicache.sim.kv import KVSimParams, simulate_kv
 
     fd: _Watch = holder[0]
@@ -221,18 +230,27 @@ def _run(a: argparse.Namespace, reqs: list[Any], model: Any, window: float,
         if label != "FD":
             holder[0].fd_hits = {k: v[0] for k, v in fd.req.items()}
         kw: dict[str, Any] = {"model": a.model, "session_window": window, "seed": a.seed}
+        if a.links == "a30":  # filtered as run_sim_cell filters the experiment's cells
+            kw.update({k: v for k, v in A30_LINKS.items() if k in _SIM_KEYS})
+        for k in ("dram_tokens", "ssd_tokens"):
+            if getattr(a, k) is not None:
+                kw[k] = getattr(a, k)
         if label == "FD":
             kw["system"] = "full-duplicate"
         elif label == "LA":
             kw.update(system="saria", admission="learned")
             holder[0].learned_below = 2  # LearnedRule's θ_E (its default)
-        else:
+        elif label[1:].isdigit() and label[0] == "E":
             kw.update(system="saria", theta_e=int(label[1:]))
+        else:
+            kw.update(system="saria", admission=label)
         m = simulate_kv(reqs, KVSimParams(**kw)).metrics
         return m, holder[0]
 
     fd_m, fd = replay("FD")
-    out: dict[str, Any] = {"workload": a.workload, "model": a.model, "sessions": len(
+    out: dict[str, Any] = {"workload": a.workload, "model": a.model, "links": a.links,
+                           "dram_tokens": a.dram_tokens, "ssd_tokens": a.ssd_tokens,
+                           "sessions": len(
                                {r.session for r in reqs}),
                            "seed": a.seed, "checkpoint_every_blocks":
                            (model.checkpoint_tokens // model.block_tokens) if model.hybrid else 0,

@@ -36,3 +36,22 @@ def test_accounting_matches_replay(model: str, capsys: pytest.CaptureFixture[str
             assert arm["writes"]["learned"]["writes"] == 0
         if model == "qwen3-8b":  # no checkpoints: nothing held is cut
             assert arm["lost_held_but_cut"] == 0
+
+
+def test_a30_links_and_admission_arm_match_the_experiment_cell(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--links a30`` and an ``E2∨R1`` arm replay exactly the cell ``saria-admission`` runs."""
+    from aicache.experiments.saria import A30_LINKS, run_sim_cell
+
+    argv = ["--sessions", "12", "--model", "qwen3-1.7b-seed", "--links", "a30",
+            "--arms", "E2∨R1", "--dram-tokens", "200000", "--json"]
+    assert saria_misses.main(argv) == 0
+    arm = json.loads(capsys.readouterr().out)["arms"]["E2∨R1"]
+    cell = {"workload": "agent", "sessions": 12, "session_window": 12 * 3600.0 * 12 / 350,
+            **A30_LINKS, "model": "qwen3-1.7b-seed", "system": "saria", "admission": "E2∨R1",
+            "dram_tokens": 200000, "seed": 0}
+    m = run_sim_cell(cell)
+    assert m["ssd_write_bytes"] > 0  # the SSD path is exercised
+    assert arm["hit_blocks"] == m["hit_blocks"]
+    tracked = sum(w["bytes_vs_fd"] for w in arm["writes"].values())
+    assert tracked == pytest.approx(arm["writes_vs_fd"], rel=1e-9)
