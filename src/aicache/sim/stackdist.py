@@ -36,45 +36,84 @@ def slot_distances(ids: cython.int[::1], slots: cython.Py_ssize_t,
 
     ``ids`` are dense object ids in ``0 .. slots-1`` (:class:`aicache.policies.slotcore.
     SlotMap`); ``weights[i]`` is the object's weight and must be equal on all requests to
-    one object. Invariant of the tree: position ``j`` holds ``weights[j]`` iff request
-    ``j`` is the latest request so far to its object, else 0.
+    one object.
+
+    Each object's latest request so far holds a position in a Fenwick tree, in request
+    order; the tree holds the object's weight there. Invariants: positions below ``t`` are
+    ordered like their requests, ``owner[q]`` is the object whose latest request is at
+    ``q`` (``-1``: none any more), ``last[s]`` is ``s``'s position + 1 (0: not seen) and
+    ``live`` the tree's total. The distinct objects requested after position ``p`` are then
+    the live positions above it: ``live - prefix(p)``. The tree has ``m`` positions, at
+    least twice the objects; when they run out the live ones are renumbered ``0, 1, …`` in
+    order (``compact``), so the tree stays the size of the working set, not the trace, and
+    a renumbering costs ``O(m)`` once per at least ``m / 2`` requests.
     """
     n: cython.Py_ssize_t = len(ids)
-    tree: cython.longlong[::1] = array("q", bytes(8 * (n + 1)))  # Fenwick, request j at j + 1
-    last: cython.longlong[::1] = array("q", bytes(8 * slots))  # latest request + 1; 0: none
+    m: cython.Py_ssize_t = max(1, min(n, 2 * slots))
+    tree: cython.longlong[::1] = array("q", bytes(8 * (m + 1)))  # position q at q + 1
+    posw: cython.longlong[::1] = array("q", bytes(8 * m))  # the weight at each position
+    owner: cython.int[::1] = array("i", [-1]) * m
+    last: cython.longlong[::1] = array("q", bytes(8 * slots))
+    live: cython.longlong = 0
+    t: cython.Py_ssize_t = 0  # the next free position
     i: cython.Py_ssize_t
     j: cython.Py_ssize_t
     p: cython.Py_ssize_t
+    q: cython.Py_ssize_t
+    k: cython.Py_ssize_t
     s: cython.int
+    o: cython.int
     w: cython.longlong
     total: cython.longlong
     for i in range(n):
         s = ids[i]
         w = weights[i]
+        if t == m:  # compact: live positions to 0 .. k-1 in order, then rebuild the tree
+            k = 0
+            for q in range(m):
+                o = owner[q]
+                if o >= 0:
+                    owner[k] = o
+                    posw[k] = posw[q]
+                    last[o] = k + 1
+                    k += 1
+            for q in range(k, m):
+                owner[q] = -1
+            for j in range(m + 1):
+                tree[j] = 0
+            for q in range(k):
+                tree[q + 1] = posw[q]
+            for j in range(1, m + 1):  # linear Fenwick build: each node adds to its parent
+                q = j + (j & -j)
+                if q <= m:
+                    tree[q] += tree[j]
+            t = k
         p = last[s] - 1
         if p >= 0:
             total = 0
-            j = i  # prefix sum over requests 0 .. i-1
+            j = p + 1  # prefix over positions 0 .. p
             while j > 0:
                 total += tree[j]
                 j -= j & -j
-            j = p + 1  # minus the prefix over requests 0 .. p
-            while j > 0:
-                total -= tree[j]
-                j -= j & -j
-            out[i] = total + w
-            j = p + 1  # request p is no longer its object's latest
-            while j <= n:
+            out[i] = live - total + w
+            j = p + 1  # position p is no longer its object's latest
+            while j <= m:
                 tree[j] -= w
                 j += j & -j
+            owner[p] = -1
+            live -= w
         else:
             out[i] = -1
         if w:
-            j = i + 1
-            while j <= n:
+            j = t + 1
+            while j <= m:
                 tree[j] += w
                 j += j & -j
-        last[s] = i + 1
+        owner[t] = s
+        posw[t] = w
+        last[s] = t + 1
+        live += w
+        t += 1
 
 
 def stack_distances(prev: list, weights: list) -> list:
