@@ -46,7 +46,7 @@ from aicache.policies import EVICTION, make_eviction, slotcore
 from aicache.policies.slotted import SlotPolicy
 from aicache.sim.cache import Cache
 from aicache.sim.cache_sim import SIZE_MODES, WorkingSet, _open, replayable, resolve_cache_size
-from aicache.sim.stackdist import slot_distances
+from aicache.sim.stackdist import hits_at, slot_distances
 from aicache.traces.formats._common import TraceSource
 from aicache.traces.formats.oracle_general import next_access_times
 from aicache.units import parse_size
@@ -141,11 +141,18 @@ def _first_sizes(tr: _Trace) -> np.ndarray:
     return out
 
 
-def _ratios(hit: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-    n, total = len(hit), int(sizes.sum())
-    mr = 1.0 - int(hit.sum()) / n if n else 0.0
-    bmr = 1.0 - int(sizes[hit].sum()) / total if total else 0.0
-    return mr, bmr
+def _ratios(dist: np.ndarray, sizes: np.ndarray,
+            caps: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """(miss ratio, byte miss ratio) of LRU at each capacity from the requests' stack
+    distances (``-1``: a miss at every size), as ``sim cache`` computes them."""
+    grid = np.asarray(sorted(set(caps)), dtype=np.int64)
+    hits = np.zeros(len(grid), dtype=np.int64)
+    bytes_hit = np.zeros(len(grid), dtype=np.int64)
+    hits_at(dist, sizes, grid, hits, bytes_hit)
+    n, total = len(dist), int(sizes.sum())
+    return {int(c): (1.0 - int(h) / n if n else 0.0,
+                     1.0 - int(b) / total if total else 0.0)
+            for c, h, b in zip(grid.tolist(), hits.tolist(), bytes_hit.tolist())}
 
 
 def lru_curve(tr: _Trace, caps: Sequence[int],
@@ -156,8 +163,8 @@ def lru_curve(tr: _Trace, caps: Sequence[int],
     dist = np.empty(len(sizes), dtype=np.int64)
     if size_mode == "objects":
         slot_distances(tr.slots, tr.objects, np.ones(len(sizes), dtype=np.int64), dist)
-        dist[dist < 0] = np.iinfo(np.int64).max  # a first request hits at no size
-        return [_ratios(dist <= c, sizes) for c in caps]
+        by_cap = _ratios(dist, sizes, caps)
+        return [by_cap[c] for c in caps]
     first_size = _first_sizes(tr)
     # one size per object: every request's size equals its object's first
     if np.any(sizes != first_size[tr.slots]):
@@ -170,9 +177,8 @@ def lru_curve(tr: _Trace, caps: Sequence[int],
     for members in groups.values():
         fits = sizes <= members[0]  # the same objects fit every size of the group
         slot_distances(tr.slots, tr.objects, np.where(fits, sizes, 0).astype(np.int64), dist)
-        stored = fits & (dist >= 0)
-        for c in members:
-            out[c] = _ratios(stored & (dist <= c), sizes)
+        dist[~fits] = -1  # never stored at these sizes: a miss
+        out.update(_ratios(dist, sizes, members))
     return [out[c] for c in caps]
 
 

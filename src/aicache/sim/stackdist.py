@@ -116,6 +116,39 @@ def slot_distances(ids: cython.int[::1], slots: cython.Py_ssize_t,
         t += 1
 
 
+def hits_at(dist: cython.longlong[::1], sizes: cython.longlong[::1],
+            caps: cython.longlong[::1], hits: cython.longlong[::1],
+            bytes_hit: cython.longlong[::1]) -> None:
+    """For capacities ``caps`` in ascending order: ``hits[c]`` = the requests with
+    ``0 <= dist[i] <= caps[c]`` (LRU's hits at that size; ``-1`` never hits) and
+    ``bytes_hit[c]`` the sum of their ``sizes``. ``hits`` and ``bytes_hit`` start at 0."""
+    n: cython.Py_ssize_t = len(dist)
+    nc: cython.Py_ssize_t = len(caps)
+    i: cython.Py_ssize_t
+    lo: cython.Py_ssize_t
+    hi: cython.Py_ssize_t
+    mid: cython.Py_ssize_t
+    d: cython.longlong
+    for i in range(n):
+        d = dist[i]
+        if d < 0:
+            continue
+        lo = 0  # the smallest capacity >= d
+        hi = nc
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if caps[mid] < d:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < nc:
+            hits[lo] += 1
+            bytes_hit[lo] += sizes[i]
+    for i in range(1, nc):  # a hit at one size is a hit at every larger one
+        hits[i] += hits[i - 1]
+        bytes_hit[i] += bytes_hit[i - 1]
+
+
 def stack_distances(prev: list, weights: list) -> list:
     """:func:`slot_distances` over ``prev[i]``, the index of the previous request to the
     same object (``-1``: none), instead of object ids; returns the list of distances."""
