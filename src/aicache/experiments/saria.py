@@ -76,7 +76,7 @@ def _workload(kind: str, sessions: int | None, seed: int, block_tokens: int) -> 
 
 _SIM_KEYS = ("system", "model", "dram_tokens", "ssd_tokens", "theta_e", "theta_r", "admission",
              "promotion", "promotion_mode", "p_tau", "lookup", "transfer", "prewrite",
-             "gpu_gbps", "disk_gbps", "dram_gbps", "est_disk_gbps", "session_window",
+             "gpu_gbps", "disk_gbps", "disk_write_gbps", "dram_gbps", "est_disk_gbps", "session_window",
              "in_flight", "prefill_tps", "prefill_gpus", "replay", "seed")
 
 
