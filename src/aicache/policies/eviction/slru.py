@@ -47,10 +47,22 @@ class SegmentedLRU(EvictionPolicy):
             self._prob.move_to_end(key)
             return
         del self._prob[key]
+        self._promoted(key)
         prot[key] = None
-        limit = self.protected_share * len(self)
+        self._trim()
+
+    def _promoted(self, key: Key) -> None:
+        """Hook: ``key`` moves from probation to protected (by a re-read)."""
+
+    def _demoted_key(self, key: Key) -> None:
+        """Hook: ``key`` moved from protected back to probation (protected over its share)."""
+
+    def _trim(self) -> None:
+        prot, limit = self._prot, self.protected_share * len(self)
         while len(prot) > limit:
-            self._prob[prot.popitem(last=False)[0]] = None
+            k = prot.popitem(last=False)[0]
+            self._prob[k] = None
+            self._demoted_key(k)
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         self._prob[key] = None
@@ -130,26 +142,11 @@ class AdaptiveSLRU(SegmentedLRU):
             self._promote_next = key
         return True
 
-    def on_hit(self, key: Key, size: int, now: float) -> None:
-        prot = self._prot
-        if key in prot:
-            prot.move_to_end(key)
-            return
-        if key in self._unread:
-            self._unread.discard(key)
-            self._prob.move_to_end(key)
-            return
-        del self._prob[key]
+    def _promoted(self, key: Key) -> None:
         self._demoted.discard(key)
-        prot[key] = None
-        self._trim()
 
-    def _trim(self) -> None:
-        prot, limit = self._prot, self.protected_share * len(self)
-        while len(prot) > limit:
-            k = prot.popitem(last=False)[0]
-            self._prob[k] = None
-            self._demoted.add(k)
+    def _demoted_key(self, key: Key) -> None:
+        self._demoted.add(key)
 
     def on_insert(self, key: Key, size: int, now: float) -> None:
         if self.promote_ghosts and self._promote_next == key:
