@@ -227,6 +227,16 @@ def _open(source_or_path: TraceSource | str | os.PathLike[str], fmt: str, skip_b
     return open_trace(source_or_path, fmt, skip_bad=skip_bad)
 
 
+def _require_requests(src: TraceSource, requests: int) -> None:
+    """A trace that yielded no request is bad input, named with its likely cause."""
+    if requests == 0 and src.zero_size_records:
+        raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
+                       "have obj_size 0, which libCacheSim's reader skips and so does this one; "
+                       "write the trace with the objects' sizes")
+    if requests == 0:
+        raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
+
+
 def simulate(
     source_or_path: TraceSource | str | os.PathLike[str],
     policy: str,
@@ -258,12 +268,7 @@ def simulate(
               need_future=bool(getattr(policy_cls, "needs_future", False)), batch_size=batch_size,
               retain_bytes=RETAIN_BYTES)
     bad_records = src.bad_records
-    if ws.requests == 0 and src.zero_size_records:
-        raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
-                       "have obj_size 0, which libCacheSim's reader skips and so does this one; "
-                       "write the trace with the objects' sizes")
-    if ws.requests == 0:
-        raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
+    _require_requests(src, ws.requests)
     cap = resolve_cache_size(cache_size, ws, size_mode, src.path)
     t_scan = time.perf_counter() - t0
     cache = Cache(cap, make_eviction(policy, cap, rng=random.Random(seed)), size_mode)
@@ -358,12 +363,7 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_m
     objects_mode = size_mode == "objects"
     st = scan_slots(src, batch_size, sized=not objects_mode)
     bad_records, zero_size = src.bad_records, src.zero_size_records
-    if st.requests == 0 and src.zero_size_records:
-        raise BadInput(f"trace {src.path!r} has no requests: all {src.zero_size_records} records "
-                       "have obj_size 0, which libCacheSim's reader skips and so does this one; "
-                       "write the trace with the objects' sizes")
-    if st.requests == 0:
-        raise BadInput(f"trace {src.path!r} has no requests; check the file and --format")
+    _require_requests(src, st.requests)
     objects = int(st.slots.n)
     ws = WorkingSet(requests=st.requests, objects=objects, bytes=int(st.slots.first_bytes))
     cap = resolve_cache_size(cache_size, ws, size_mode, src.path)
