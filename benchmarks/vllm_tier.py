@@ -69,13 +69,8 @@ from pathlib import Path
 
 BLOCK = 32  #: tokens per vLLM block (CPU attention wants a multiple of 32)
 def _default_trace() -> Path:
-    """``../shared/traces/`` beside the checkout (or beside a folder above it: worktrees)."""
-    name = Path("shared") / "traces" / "mooncake_fast25_synthetic.jsonl"
-    here = Path(__file__).resolve().parents[1]
-    for d in here.parents:
-        if (d / name).exists():
-            return d / name
-    return here.parent / name
+    """The Mooncake FAST'25 trace committed in the checkout (``traces/``)."""
+    return Path(__file__).resolve().parents[1] / "traces" / "mooncake_fast25_synthetic.jsonl"
 
 
 @dataclass
