@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -12,16 +11,13 @@ from types import ModuleType
 
 import pytest
 
+from script_module import load_script
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH / f"{name}.py", f"bench_{name}")
 
 
 def _pos(x: float) -> bool:

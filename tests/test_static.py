@@ -13,12 +13,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
@@ -48,12 +49,7 @@ def test_type_ignores_name_a_code_and_a_reason() -> None:
 
 
 def _import_graph() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts/import_graph.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve the module by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts/import_graph.py", "import_graph")
 
 
 def test_import_graph_checker_on_a_known_package(tmp_path: Path) -> None:

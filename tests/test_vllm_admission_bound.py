@@ -3,7 +3,6 @@ real engine's recorded counts, and its bound is an upper bound (brute force)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import subprocess
@@ -14,18 +13,15 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from script_module import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 
 
 def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    sys.path.insert(0, str(BENCH))  # the script imports its sibling vllm_tier
+    return load_script(BENCH / f"{name}.py", f"bench_{name}")
 
 
 b = _load("vllm_admission_bound")
