@@ -8,7 +8,8 @@ step checks what any policy must guarantee:
 * the cache never holds more than its capacity, and its byte count is the sum of its sizes;
 * a hit fetches and inserts nothing, and evicts nothing unless the policy declares
   ``self_evicting`` (LIRS, W-TinyLFU), whose hits may only drop keys, each counted;
-* the policy's key set equals the cache's (``keys``, ``__len__`` and ``__contains__``);
+* the policy's key set equals the cache's (``keys``, ``__len__`` and ``__contains__``),
+  and ``first_key`` is the first key ``keys`` yields (None when empty);
 * ``victim()`` (tried on a deep copy) names a resident key and forgets it;
 * ``on_remove`` works for any resident key, and the run goes on normally afterwards;
 * the same seed gives the same hits and the same final contents;
@@ -78,6 +79,7 @@ def _check_consistent(policy: EvictionPolicy, cache: Cache, cap: int) -> None:
     keys = set(cache.keys())
     assert set(policy.keys()) == keys
     assert len(policy) == len(keys)
+    assert policy.first_key() == next(iter(policy.keys()), None)  # the O(1) peek = keys()[0]
     assert all(k in policy for k in keys)
     assert -1 not in policy
 

@@ -128,7 +128,7 @@ class Executor:
         if not self.admits_frequent or block is None or window_count is None:
             return False
         # the policy's keys are block ids, typed Hashable by the policy interface
-        victim = cast("int | None", next(iter(self.eviction.keys()), None))
+        victim = cast("int | None", self.eviction.first_key())
         if victim is None:
             return False
         return window_count.get(block, 0) > window_count.get(victim, 0) + EPOCH_COUNT_SPREAD

@@ -179,6 +179,11 @@ class EvictionPolicy(ABC):
     def keys(self) -> Iterable[Key]:
         """The resident keys the policy tracks (for invariant checks; may be slow)."""
 
+    def first_key(self) -> Key | None:
+        """The first key :meth:`keys` yields (the oldest candidate), or None when empty;
+        cheap enough for a hot path where :meth:`keys` is a lazy iterator or overridden."""
+        return next(iter(self.keys()), None)
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SelfEvicting(EvictionPolicy):

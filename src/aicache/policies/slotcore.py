@@ -268,6 +268,11 @@ class Core:
         """The resident slots, in the order the policy keeps them (oldest first)."""
         raise NotImplementedError
 
+    def first(self) -> int:
+        """``order()[0]``, or -1 when nothing is resident, in O(1) where the core can."""
+        o = self.order()
+        return o[0] if o else -1
+
     def take_dropped(self) -> list:
         """The slots ghost lists dropped since the last call (with ``track_dropped``)."""
         out = self._dropped
@@ -319,6 +324,9 @@ class FIFOCore(Core):
 
     def order(self) -> list:
         return self.links.order(0)
+
+    def first(self) -> int:
+        return self.links.head[0]
 
     def __reduce__(self):
         return (_restore, (type(self), (), (self.count, self.slots, self.links.state())))
@@ -626,6 +634,10 @@ class S3FIFOCore(Core):
     def order(self) -> list:
         return self.res.order(_SMALL) + self.res.order(_MAIN)
 
+    def first(self) -> int:
+        i: cython.int = self.res.head[_SMALL]
+        return i if i >= 0 else self.res.head[_MAIN]
+
     def __reduce__(self):
         return (_restore, (type(self), (self.small_cap, self.main_cap, self.ghost_cap,
                                         self.threshold),
@@ -830,6 +842,10 @@ class ARCCore(Core):
 
     def order(self) -> list:
         return self.t.order(_T1) + self.t.order(_T2)
+
+    def first(self) -> int:
+        i: cython.int = self.t.head[_T1]
+        return i if i >= 0 else self.t.head[_T2]
 
     def __reduce__(self):
         return (_restore, (type(self), (self.capacity,),

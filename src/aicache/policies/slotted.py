@@ -42,6 +42,7 @@ class Core(Protocol):
     def victim(self) -> int: ...
     def remove(self, i: int) -> None: ...
     def order(self) -> list[int]: ...
+    def first(self) -> int: ...
     def take_dropped(self) -> list[int]: ...
 
 
@@ -148,6 +149,10 @@ class SlotPolicy(EvictionPolicy):
     def keys(self) -> Iterable[Key]:
         keys = self._keys
         return [keys[s] for s in self.core.order()]
+
+    def first_key(self) -> Key | None:
+        s = self.core.first()
+        return None if s < 0 else self._keys[s]
 
 
 # compiled classes share one ABC cache unless given their own (aicache.compiled_abc)
