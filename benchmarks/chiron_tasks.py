@@ -6,7 +6,7 @@ quickly. Baselines do not depend on Chiron's executors, so ``--baselines`` may t
 rows from a stored ``cells.jsonl`` (e.g. docs/results/chiron-heldout/cells.jsonl);
 ``--chiron-params`` is a JSON object of :class:`aicache.adaptive.controller.ChironParams`
 fields for the Chiron arm; ``--skewed-eviction NAME`` (an eviction registry name) replaces
-the skewed executor's segmented LRU in this script's processes only, to measure a variant
+the skewed executor's adaptive segmented LRU in this script's processes only, to measure a variant
 before it is adopted.
 
     PYTHONPATH=src python benchmarks/chiron_tasks.py --workers 2 \
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         table.append({"task": t, "mean": sum(ratios) / len(ratios), "max": max(ratios),
                       "worst seed": seeds[ratios.index(max(ratios))]})
     if a.json:
-        print(json.dumps({"chiron_params": cp, "skewed_eviction": a.skewed_eviction or "slru", "tasks": table, "per_seed": per_seed}))
+        print(json.dumps({"chiron_params": cp, "skewed_eviction": a.skewed_eviction or "aslru", "tasks": table, "per_seed": per_seed}))
     else:
         for r in table:
             print(f"{r['task']}  mean {r['mean']:.3f}  max {r['max']:.3f}  (seed {r['worst seed']})")

@@ -22,12 +22,12 @@ from aicache.adaptive.controller import ChironParams
 from aicache.adaptive.executors import (
     EagerEviction,
     SeedEagerEviction,
-    SegmentedLRU,
     make_executor,
 )
 from aicache.datacache.policy.registry import make_system
 from aicache.errors import BadInput
 from aicache.policies.eviction.lru import LRU
+from aicache.policies.eviction.slru import AdaptiveSLRU
 
 
 def replay_loop(pattern: str, executors: str, trace: list[int], capacity: int) -> tuple[int, list[int]]:
@@ -113,7 +113,7 @@ def test_seed_skewed_is_plain_lru() -> None:
     # segmented LRU keeps both re-read blocks and takes the one-off
     seed = make_executor("skewed", 3, random.Random(0), executors="seed")
     ours = make_executor("skewed", 3, random.Random(0))
-    assert isinstance(seed.eviction, LRU) and isinstance(ours.eviction, SegmentedLRU)
+    assert isinstance(seed.eviction, LRU) and isinstance(ours.eviction, AdaptiveSLRU)
     for ex in (seed, ours):
         ex.on_insert(1, 1, 0.0, False)
         ex.on_insert(2, 1, 1.0, False)

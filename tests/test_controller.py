@@ -17,7 +17,8 @@ from aicache.adaptive.advisor.base import (
     ReviewContext,
 )
 from aicache.adaptive.controller import ChironParams, ChironSystem, ThreadRunner, VirtualDelayRunner
-from aicache.adaptive.executors import EagerEviction, SegmentedLRU, make_executor
+from aicache.adaptive.executors import EagerEviction, make_executor
+from aicache.policies.eviction.slru import SegmentedLRU
 from aicache.errors import BadInput
 
 
@@ -402,7 +403,7 @@ def test_segmented_lru_protects_reused_blocks_from_one_off_and_speculative_ones(
     assert [ev.victim(1.0) for _ in range(6)] == [10, 20, 21, 1, 2, 3]
     import random as _random
 
-    assert make_executor("skewed", 100, _random.Random(0)).eviction.name == "slru"
+    assert make_executor("skewed", 100, _random.Random(0)).eviction.name == "aslru"
 
 
 def test_retries_of_a_rejected_anomaly_review_keep_the_anomaly_context():

@@ -16,7 +16,9 @@ Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
   first (MRU: a loop larger than the cache keeps its older part, which the next pass reads
   first; see :class:`EagerEviction`); a skewed stream's hot blocks are the re-read ones,
   so the skewed executor's LRU is *segmented* (one-off blocks and unread prefetched
-  neighbours are evicted before re-read ones, see :class:`SegmentedLRU`), and its
+  neighbours are evicted before re-read ones) and its protected share adapts online by
+  ARC's ghost rule (:class:`~aicache.policies.eviction.slru.AdaptiveSLRU`: no fixed 80% to
+  fit one workload's hot-set size), and its
   neighbourhood prefetch adds readahead while the unit reads in order (idle on
   independent draws; a scan that starts before a review names it is read ahead, not
   two blocks per miss); a shuffled epoch
@@ -52,7 +54,7 @@ from typing import Any, ClassVar, cast
 from aicache.policies import EVICTION, PREFETCH
 from aicache.policies.base import EvictionPolicy, PrefetchPolicy
 from aicache.policies.eviction.eager import EagerEviction, SeedEagerEviction
-from aicache.policies.eviction.slru import SegmentedLRU
+from aicache.policies.eviction.slru import AdaptiveSLRU
 from aicache.registry import Registry
 
 #: the most two items' read counts can differ over a run of reads made of shuffled epochs
@@ -210,14 +212,14 @@ class RandomExecutor(Executor):
 
 class SkewedExecutor(Executor):
     """Neighbourhood prefetch on a miss plus readahead while reads are in order; segmented
-    LRU (re-read blocks are protected)."""
+    LRU (re-read blocks are protected) whose protected share adapts from ghost hits."""
 
     pattern = "skewed"
     prefetch_name = "neighborhood+readahead"
     eviction_name = "lru"
 
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
-        return SegmentedLRU(capacity, rng=rng)
+        return AdaptiveSLRU(capacity, rng=rng)
 
 
 class DefaultExecutor(Executor):
@@ -267,7 +269,7 @@ EXECUTORS: Registry[type[Executor]] = Registry("executor")
 EXECUTORS.register("sequential", SequentialExecutor, "stride prefetch + always + eager eviction")
 EXECUTORS.register("random", RandomExecutor, "sample-rest prefetch + reject when full (unless re-read faster "
                    "than an epoch allows) + no eviction")
-EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch (+ readahead in order) + always + segmented LRU")
+EXECUTORS.register("skewed", SkewedExecutor, "neighborhood prefetch (+ readahead in order) + always + adaptive segmented LRU")
 EXECUTORS.register("default", DefaultExecutor, "readahead + always + 2-random (JuiceFS)")
 
 #: executor set -> pattern -> executor class (see the module docstring)

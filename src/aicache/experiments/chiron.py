@@ -256,7 +256,9 @@ class EndToEnd(Experiment):
             elif w in WORKFLOWS:
                 goals_wf.append(ch["chr"] >= best_chr["chr"] and red >= 14.0)
             else:
-                goals_t.append(red >= -2.0)
+                # issue 19's restated bound (the old "never > 2% slower" sat inside T5's
+                # seed-to-seed spread); its mean bound over seeds 0-9 is chiron-heldout's
+                goals_t.append(red >= -3.0)
         figures = []
         if norm_rows:
             p1 = bar_chart([r for r in norm_rows if r["system"] != "nocache"], "workload", "chr", "system",
@@ -272,7 +274,7 @@ class EndToEnd(Experiment):
 
         goals = [
             goal("W1–W3: chiron has the highest CHR and JCT >= 14% below the best baseline", goals_wf),
-            goal("T1–T6: chiron never more than 2% slower than the best baseline", goals_t),
+            goal("T1–T6: no run slower than 1.03 × the best baseline's JCT", goals_t),
         ]
         if goals_var:
             goals.append(goal("variants (not in the seed, not a goal): the same W1–W3 bar", goals_var))
