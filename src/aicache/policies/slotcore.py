@@ -174,30 +174,19 @@ class Links:
                 bytes(self.tail), bytes(self.length))
 
     def load(self, st: tuple) -> None:
-        a = array("i")
-        a.frombytes(st[0])
-        self.prev = a
-        a = array("i")
-        a.frombytes(st[1])
-        self.next = a
-        b = array("b")
-        b.frombytes(st[2])
-        self.where = b
-        a = array("i")
-        a.frombytes(st[3])
-        self.head = a
-        a = array("i")
-        a.frombytes(st[4])
-        self.tail = a
-        q = array("q")
-        q.frombytes(st[5])
-        self.length = q
+        self.prev = _from_bytes("i", st[0])
+        self.next = _from_bytes("i", st[1])
+        self.where = _from_bytes("b", st[2])
+        self.head = _from_bytes("i", st[3])
+        self.tail = _from_bytes("i", st[4])
+        self.length = _from_bytes("q", st[5])
 
 
-def _from_bytes_q(raw: bytes):
-    q = array("q")
-    q.frombytes(raw)
-    return q
+def _from_bytes(code: str, raw: bytes):
+    """An ``array(code)`` holding ``raw`` (a pickled slot array)."""
+    a = array(code)
+    a.frombytes(raw)
+    return a
 
 
 def _restore(cls, args: tuple, st: tuple):
@@ -401,9 +390,7 @@ class ClockCore(FIFOCore):
 
     def load(self, st: tuple) -> None:
         FIFOCore.load(self, st)
-        a = array("i")
-        a.frombytes(st[3])
-        self.freq = a
+        self.freq = _from_bytes("i", st[3])
 
 
 @cython.cclass
@@ -468,10 +455,89 @@ class SieveCore(FIFOCore):
 
     def load(self, st: tuple) -> None:
         FIFOCore.load(self, st)
-        b = array("b")
-        b.frombytes(st[3])
-        self.visited = b
+        self.visited = _from_bytes("b", st[3])
         self.hand = st[4]
+
+
+@cython.cclass
+class TwoListCore(Core):
+    """The bookkeeping S3-FIFO (small / main) and ARC (T1 / T2) share: two lists of resident
+    slots in one :class:`Links` (list 0, then list 1), each slot's stored size in ``rsize``
+    and each list's total in ``used``. Invariant: ``used[l]`` is the sum of ``rsize`` over
+    the slots in list ``l``, and ``count`` the number of slots in either list."""
+
+    res: Links
+    rsize: cython.longlong[::1]
+    used: cython.longlong[::1]
+
+    def __init__(self) -> None:
+        Core.__init__(self)
+        self.res = Links(2, 0)
+        self.rsize = _longs(0)
+        self.used = _longs(2)
+
+    def _grow(self, size: cython.Py_ssize_t) -> None:
+        self.res.grow(size)
+        self.rsize = _grow_longs(self.rsize, size)
+
+    @cython.ccall
+    def resident(self, i: cython.int) -> cython.bint:
+        return self.res.where[i] >= 0
+
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _add(self, lst: cython.int, i: cython.int, size: cython.longlong) -> cython.void:
+        """Store ``i`` (``size``) at the back of ``lst``."""
+        self.res.push(lst, i)
+        self.rsize[i] = size
+        self.used[lst] += size
+        self.count += 1
+
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _take(self, lst: cython.int) -> cython.int:
+        """Evict the front of ``lst`` (not empty) and return it."""
+        i: cython.int = self.res.pop(lst)
+        self.used[lst] -= self.rsize[i]
+        self.count -= 1
+        return i
+
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _move(self, i: cython.int, lst: cython.int) -> cython.void:
+        """Move resident ``i`` to the back of ``lst`` (its own list or the other)."""
+        w: cython.int = self.res.where[i]
+        if w != lst:
+            self.used[w] -= self.rsize[i]
+            self.used[lst] += self.rsize[i]
+        self.res.to_back(i, lst)
+
+    @cython.ccall
+    def remove(self, i: cython.int) -> cython.void:
+        self.used[self.res.where[i]] -= self.rsize[i]
+        self.res.unlink(i)
+        self.count -= 1
+
+    def order(self) -> list:
+        return self.res.order(0) + self.res.order(1)
+
+    def first(self) -> int:
+        i: cython.int = self.res.head[0]
+        return i if i >= 0 else self.res.head[1]
+
+    def _base_state(self) -> tuple:
+        return (self.count, self.slots, self.res.state(), bytes(self.rsize), bytes(self.used),
+                self.track_dropped, list(self._dropped))
+
+    def _load_base(self, st: tuple) -> None:
+        self.count, self.slots = st[0], st[1]
+        self.res.load(st[2])
+        self.rsize = _from_bytes("q", st[3])
+        self.used = _from_bytes("q", st[4])
+        self.track_dropped, self._dropped = st[5], st[6]
 
 
 _SMALL = cython.declare(cython.int, 0)
@@ -479,20 +545,16 @@ _MAIN = cython.declare(cython.int, 1)
 
 
 @cython.cclass
-class S3FIFOCore(Core):
+class S3FIFOCore(TwoListCore):
     """S3-FIFO as libCacheSim's ``S3FIFO.c`` (the rules are listed in
-    :mod:`aicache.policies.eviction.s3fifo`): lists small (0) and main (1) of resident
-    slots with their sizes and access counts, and a ghost FIFO of evicted slots with the
-    size each had. A slot may be resident and in the ghost at once (a prefetch insert does
-    not consult the ghost), so the ghost has links of its own."""
+    :mod:`aicache.policies.eviction.s3fifo`): resident lists small (0) and main (1) with
+    access counts, and a ghost FIFO of evicted slots with the size each had. A slot may be
+    resident and in the ghost at once (a prefetch insert does not consult the ghost), so
+    the ghost has links of its own."""
 
-    res: Links
     ghost: Links
     freq: cython.longlong[::1]
-    size: cython.longlong[::1]
     gsize: cython.longlong[::1]
-    small_used: cython.longlong
-    main_used: cython.longlong
     ghost_used: cython.longlong
     small_cap: cython.longlong
     main_cap: cython.longlong
@@ -503,13 +565,11 @@ class S3FIFOCore(Core):
 
     def __init__(self, small_cap: cython.longlong, main_cap: cython.longlong,
                  ghost_cap: cython.longlong, threshold: cython.longlong) -> None:
-        Core.__init__(self)
-        self.res = Links(2, 0)
+        TwoListCore.__init__(self)
         self.ghost = Links(1, 0)
         self.freq = _longs(0)
-        self.size = _longs(0)
         self.gsize = _longs(0)
-        self.small_used = self.main_used = self.ghost_used = 0
+        self.ghost_used = 0
         self.small_cap = small_cap
         self.main_cap = main_cap
         self.ghost_cap = ghost_cap
@@ -518,15 +578,10 @@ class S3FIFOCore(Core):
         self.has_evicted = False
 
     def _grow(self, size: cython.Py_ssize_t) -> None:
-        self.res.grow(size)
+        TwoListCore._grow(self, size)
         self.ghost.grow(size)
         self.freq = _grow_longs(self.freq, size)
-        self.size = _grow_longs(self.size, size)
         self.gsize = _grow_longs(self.gsize, size)
-
-    @cython.ccall
-    def resident(self, i: cython.int) -> cython.bint:
-        return self.res.where[i] >= 0
 
     @cython.ccall
     def alive(self, i: cython.int) -> cython.bint:
@@ -553,19 +608,14 @@ class S3FIFOCore(Core):
     def insert(self, i: cython.int, size: cython.longlong) -> cython.bint:
         if self.ghost_hit:
             self.ghost_hit = False
-            self.res.push(_MAIN, i)
-            self.main_used += size
+            self._add(_MAIN, i, size)
         elif size >= self.small_cap:
             return False
-        elif not self.has_evicted and self.small_used >= self.small_cap:
-            self.res.push(_MAIN, i)
-            self.main_used += size
+        elif not self.has_evicted and self.used[_SMALL] >= self.small_cap:
+            self._add(_MAIN, i, size)
         else:
-            self.res.push(_SMALL, i)
-            self.small_used += size
-        self.size[i] = size
+            self._add(_SMALL, i, size)
         self.freq[i] = 0
-        self.count += 1
         return True
 
     @cython.ccall
@@ -588,27 +638,24 @@ class S3FIFOCore(Core):
         j: cython.int
         self.has_evicted = True
         while True:
-            if self.main_used > self.main_cap or res.length[_SMALL] == 0:
+            if self.used[_MAIN] > self.main_cap or res.length[_SMALL] == 0:
                 while res.length[_MAIN] > 0:  # 2-bit clock over main
-                    i = res.pop(_MAIN)
+                    i = res.head[_MAIN]
                     f = self.freq[i]
                     if f:
-                        res.push(_MAIN, i)
+                        res.to_back(i, _MAIN)
                         self.freq[i] = (f if f < 3 else 3) - 1
                         continue
-                    self.main_used -= self.size[i]
-                    self.count -= 1
-                    return i
+                    return self._take(_MAIN)
                 continue
             while res.length[_SMALL] > 0:  # promote accessed objects until one is evicted
-                i = res.pop(_SMALL)
-                s = self.size[i]
-                self.small_used -= s
+                i = res.head[_SMALL]
                 if self.freq[i] >= self.threshold:
-                    res.push(_MAIN, i)
+                    self._move(i, _MAIN)
                     self.freq[i] = 0
-                    self.main_used += s
                     continue
+                self._take(_SMALL)
+                s = self.rsize[i]
                 if s <= self.ghost_cap:
                     used = self.ghost_used + s
                     while used > self.ghost_cap and ghost.length[0] > 0:
@@ -619,50 +666,21 @@ class S3FIFOCore(Core):
                         ghost.push(0, i)
                     self.gsize[i] = s  # an id already in the ghost keeps its place
                     self.ghost_used = used
-                self.count -= 1
                 return i
-
-    @cython.ccall
-    def remove(self, i: cython.int) -> cython.void:
-        if self.res.where[i] == _SMALL:
-            self.small_used -= self.size[i]
-        else:
-            self.main_used -= self.size[i]
-        self.res.unlink(i)
-        self.count -= 1
-
-    def order(self) -> list:
-        return self.res.order(_SMALL) + self.res.order(_MAIN)
-
-    def first(self) -> int:
-        i: cython.int = self.res.head[_SMALL]
-        return i if i >= 0 else self.res.head[_MAIN]
 
     def __reduce__(self):
         return (_restore, (type(self), (self.small_cap, self.main_cap, self.ghost_cap,
                                         self.threshold),
-                           (self.count, self.slots, self.res.state(), self.ghost.state(),
-                            bytes(self.freq), bytes(self.size), bytes(self.gsize),
-                            self.small_used, self.main_used, self.ghost_used,
-                            self.ghost_hit, self.has_evicted, self.track_dropped,
-                            list(self._dropped))))
+                           (self._base_state(), self.ghost.state(), bytes(self.freq),
+                            bytes(self.gsize), self.ghost_used, self.ghost_hit,
+                            self.has_evicted)))
 
     def load(self, st: tuple) -> None:
-        self.count, self.slots = st[0], st[1]
-        self.res.load(st[2])
-        self.ghost.load(st[3])
-        q = array("q")
-        q.frombytes(st[4])
-        self.freq = q
-        q = array("q")
-        q.frombytes(st[5])
-        self.size = q
-        q = array("q")
-        q.frombytes(st[6])
-        self.gsize = q
-        self.small_used, self.main_used, self.ghost_used = st[7], st[8], st[9]
-        self.ghost_hit, self.has_evicted, self.track_dropped = st[10], st[11], st[12]
-        self._dropped = st[13]
+        self._load_base(st[0])
+        self.ghost.load(st[1])
+        self.freq = _from_bytes("q", st[2])
+        self.gsize = _from_bytes("q", st[3])
+        self.ghost_used, self.ghost_hit, self.has_evicted = st[4], st[5], st[6]
 
 
 _T1 = cython.declare(cython.int, 0)
@@ -670,22 +688,17 @@ _T2 = cython.declare(cython.int, 1)
 
 
 @cython.cclass
-class ARCCore(Core):
+class ARCCore(TwoListCore):
     """ARC as libCacheSim's ``ARC.c`` (the rules are listed in
-    :mod:`aicache.policies.eviction.arc`): resident lists T1 (0) and T2 (1) in one
-    :class:`Links`, ghost lists B1 and B2 in one each, all LRU first and measured in the
-    cache's unit. A slot may be resident and in a ghost list, or in both ghost lists, at
-    once (a prefetch insert does not consult the ghosts), as an id may in libCacheSim's
-    separate lists."""
+    :mod:`aicache.policies.eviction.arc`): resident lists T1 (0) and T2 (1), ghost lists
+    B1 and B2 in one :class:`Links` each, all LRU first and measured in the cache's unit.
+    A slot may be resident and in a ghost list, or in both ghost lists, at once (a prefetch
+    insert does not consult the ghosts), as an id may in libCacheSim's separate lists."""
 
-    t: Links
     b1: Links
     b2: Links
-    tsize: cython.longlong[::1]
     b1size: cython.longlong[::1]
     b2size: cython.longlong[::1]
-    t1_size: cython.longlong
-    t2_size: cython.longlong
     b1_size: cython.longlong
     b2_size: cython.longlong
     capacity: cython.longlong
@@ -694,24 +707,21 @@ class ARCCore(Core):
     incoming: cython.longlong
 
     def __init__(self, capacity: cython.longlong) -> None:
-        Core.__init__(self)
-        self.t = Links(2, 0)
+        TwoListCore.__init__(self)
         self.b1 = Links(1, 0)
         self.b2 = Links(1, 0)
-        self.tsize = _longs(0)
         self.b1size = _longs(0)
         self.b2size = _longs(0)
-        self.t1_size = self.t2_size = self.b1_size = self.b2_size = 0
+        self.b1_size = self.b2_size = 0
         self.capacity = capacity
         self.p = 0.0
         self.ghost_hit = 0
         self.incoming = 0
 
     def _grow(self, size: cython.Py_ssize_t) -> None:
-        self.t.grow(size)
+        TwoListCore._grow(self, size)
         self.b1.grow(size)
         self.b2.grow(size)
-        self.tsize = _grow_longs(self.tsize, size)
         self.b1size = _grow_longs(self.b1size, size)
         self.b2size = _grow_longs(self.b2size, size)
 
@@ -721,12 +731,8 @@ class ARCCore(Core):
         return self.p
 
     @cython.ccall
-    def resident(self, i: cython.int) -> cython.bint:
-        return self.t.where[i] >= 0
-
-    @cython.ccall
     def alive(self, i: cython.int) -> cython.bint:
-        return self.t.where[i] >= 0 or self.b1.where[i] >= 0 or self.b2.where[i] >= 0
+        return self.res.where[i] >= 0 or self.b1.where[i] >= 0 or self.b2.where[i] >= 0
 
     @cython.ccall
     def on_miss(self, i: cython.int, size: cython.longlong) -> cython.bint:
@@ -750,29 +756,16 @@ class ARCCore(Core):
 
     @cython.ccall
     def access(self, i: cython.int) -> cython.bint:
-        w: cython.int = self.t.where[i]
-        s: cython.longlong
-        if w < 0:
+        if self.res.where[i] < 0:
             return False
         self.ghost_hit = 0
-        if w == _T1:
-            s = self.tsize[i]
-            self.t1_size -= s
-            self.t2_size += s
-        self.t.to_back(i, _T2)
+        self._move(i, _T2)
         return True
 
     @cython.ccall
     def insert(self, i: cython.int, size: cython.longlong) -> cython.bint:
-        if self.ghost_hit:
-            self.t.push(_T2, i)
-            self.t2_size += size
-        else:
-            self.t.push(_T1, i)
-            self.t1_size += size
-        self.tsize[i] = size
+        self._add(_T2 if self.ghost_hit else _T1, i, size)
         self.ghost_hit = 0
-        self.count += 1
         return True
 
     @cython.ccall
@@ -783,23 +776,19 @@ class ARCCore(Core):
     @cython.ccall
     def victim(self) -> cython.int:
         j: cython.int
-        i: cython.int
         c: cython.longlong = self.capacity
         if self.ghost_hit:
             return self._replace()
-        if self.t1_size + self.b1_size + self.incoming > c:
+        if self.used[_T1] + self.b1_size + self.incoming > c:
             if self.b1_size > 0:
                 j = self.b1.pop(0)
                 self.b1_size -= self.b1size[j]
                 self._drop(j)
                 return self._replace()
-            if self.t.length[_T1] > 0:
-                i = self.t.pop(_T1)  # evicted without a ghost
-                self.t1_size -= self.tsize[i]
-                self.count -= 1
-                return i
+            if self.res.length[_T1] > 0:
+                return self._take(_T1)  # evicted without a ghost
             return self._replace()
-        if (self.t1_size + self.b1_size + self.t2_size + self.b2_size >= 2 * c
+        if (self.used[_T1] + self.b1_size + self.used[_T2] + self.b2_size >= 2 * c
                 and self.b2_size > 0):
             j = self.b2.pop(0)
             self.b2_size -= self.b2size[j]
@@ -808,64 +797,39 @@ class ARCCore(Core):
 
     @cython.cfunc
     def _replace(self) -> cython.int:
-        t1: cython.longlong = self.t1_size
+        t1: cython.longlong = self.used[_T1]
         i: cython.int
         s: cython.longlong
         if ((t1 > 0 and (t1 > self.p or (t1 == self.p and self.ghost_hit == 2)))
-                or self.t.length[_T2] == 0):
-            i = self.t.pop(_T1)
-            s = self.tsize[i]
-            self.t1_size -= s
+                or self.res.length[_T2] == 0):
+            i = self._take(_T1)
+            s = self.rsize[i]
             if self.b1.where[i] < 0:  # an id already in B1 keeps its place
                 self.b1.push(0, i)
             self.b1size[i] = s
             self.b1_size += s
         else:
-            i = self.t.pop(_T2)
-            s = self.tsize[i]
-            self.t2_size -= s
+            i = self._take(_T2)
+            s = self.rsize[i]
             if self.b2.where[i] < 0:
                 self.b2.push(0, i)
             self.b2size[i] = s
             self.b2_size += s
-        self.count -= 1
         return i
-
-    @cython.ccall
-    def remove(self, i: cython.int) -> cython.void:
-        if self.t.where[i] == _T1:
-            self.t1_size -= self.tsize[i]
-        else:
-            self.t2_size -= self.tsize[i]
-        self.t.unlink(i)
-        self.count -= 1
-
-    def order(self) -> list:
-        return self.t.order(_T1) + self.t.order(_T2)
-
-    def first(self) -> int:
-        i: cython.int = self.t.head[_T1]
-        return i if i >= 0 else self.t.head[_T2]
 
     def __reduce__(self):
         return (_restore, (type(self), (self.capacity,),
-                           (self.count, self.slots, self.t.state(), self.b1.state(),
-                            self.b2.state(), bytes(self.tsize), bytes(self.b1size),
-                            bytes(self.b2size), self.t1_size, self.t2_size, self.b1_size,
-                            self.b2_size, self.p, self.ghost_hit, self.incoming,
-                            self.track_dropped, list(self._dropped))))
+                           (self._base_state(), self.b1.state(), self.b2.state(),
+                            bytes(self.b1size), bytes(self.b2size), self.b1_size,
+                            self.b2_size, self.p, self.ghost_hit, self.incoming)))
 
     def load(self, st: tuple) -> None:
-        self.count, self.slots = st[0], st[1]
-        self.t.load(st[2])
-        self.b1.load(st[3])
-        self.b2.load(st[4])
-        self.tsize = _from_bytes_q(st[5])
-        self.b1size = _from_bytes_q(st[6])
-        self.b2size = _from_bytes_q(st[7])
-        self.t1_size, self.t2_size, self.b1_size, self.b2_size = st[8], st[9], st[10], st[11]
-        self.p, self.ghost_hit, self.incoming = st[12], st[13], st[14]
-        self.track_dropped, self._dropped = st[15], st[16]
+        self._load_base(st[0])
+        self.b1.load(st[1])
+        self.b2.load(st[2])
+        self.b1size = _from_bytes("q", st[3])
+        self.b2size = _from_bytes("q", st[4])
+        self.b1_size, self.b2_size, self.p, self.ghost_hit, self.incoming = st[5:10]
 
 
 #: Knuth's multiplicative hash of the id's two halves folded to 32 bits: the product stays
