@@ -70,6 +70,7 @@ from aicache.adaptive.gate import DEFAULT_GATE_MODE, ConfidenceGate, Verdict, ch
 from aicache.adaptive.observer import ChironObserver, Judgement
 from aicache.adaptive.unit import UnitMapper
 from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.prefetch.credit import PrefetchCredit
 from aicache.errors import BadInput
 
 _EMPTY: tuple[int, ...] = ()
@@ -124,6 +125,11 @@ class ChironParams:
     #: virtual advisor delay in simulation; None = the advisor's expected latency
     advisor_delay_s: float | None = None
     unit_depth: int = 1
+    #: bound each unit's speculation by what its prefetches earn
+    #: (:class:`~aicache.policies.prefetch.credit.PrefetchCredit`: a unit whose prefetches
+    #: are not read stops prefetching, so it never fetches much more than plain LRU would).
+    #: None = the executor set's choice (ours: on; seed: off, the seed's prefetchers as written)
+    prefetch_credit: bool | None = None
     #: override every executor's prefetcher / eviction policy by registry name (the
     #: seed's micro-benchmarks: "prefetching disabled" = "none", "LRU in all arms" = "lru")
     prefetch: str | None = None
@@ -142,6 +148,8 @@ class ChironParams:
                            f"{', '.join(EXECUTOR_SETS.names())}")
         if self.shape_reflection is None:  # resolved here, so the params always say what ran
             object.__setattr__(self, "shape_reflection", self.executors == "ours")
+        if self.prefetch_credit is None:
+            object.__setattr__(self, "prefetch_credit", self.executors == "ours")
 
 
 # -- runners ----------------------------------------------------------------------------------
@@ -244,7 +252,7 @@ class _Unit:
                  "shape", "round_start", "round_hits", "round_reads", "round_small", "round_reuse",
                  "counts", "last_access", "last_block", "reads", "streak", "streak_start",
                  "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads",
-                 "left_pattern", "switch_reads", "flaps", "index")
+                 "left_pattern", "switch_reads", "flaps", "index", "credit")
 
     def __init__(self, name: str, executor: Executor, window: int, scheduler: ReviewScheduler,
                  reflector: FeedbackReflector,
@@ -277,6 +285,8 @@ class _Unit:
         self.switch_reads = 0  # ``reads`` at the last switch
         self.flaps = 0  # switch-backs (A -> B -> A) since the last switch to a new pattern
         self.index = 0  # creation order: units due together are handled in this order
+        #: the bound on this unit's prefetches (None: unbounded); a new one per executor
+        self.credit: PrefetchCredit | None = None
 
 
 def _resolve_advisor(advisor: Advisor | str, seed: int) -> Advisor:
@@ -359,6 +369,8 @@ class ChironSystem(DataCacheSystem):
                       (self._make_reflector(), self._make_reflector())
                       if self.params.shape_reflection else None, now)
             u.index = len(self.units)
+            if self.params.prefetch_credit:
+                u.credit = PrefetchCredit()
             self.units[name] = u
             self._wake_at(u, now)
         return u
@@ -405,7 +417,13 @@ class ChironSystem(DataCacheSystem):
             self._wake_at(u, now)
         if hit:
             self.unread.discard(block)
-        return u.executor.on_access(u.name, block, size, hit, now, unit, self.capacity - self.used)
+        out = u.executor.on_access(u.name, block, size, hit, now, unit, self.capacity - self.used)
+        cr = u.credit
+        if cr is None:
+            return out
+        if not hit:
+            cr.missed(block)
+        return cr.grant(out, self.sizes) if out else out
 
     def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
         """File extents for the executors' fill rule (none under a fixed ``prefetch``)."""
@@ -419,12 +437,16 @@ class ChironSystem(DataCacheSystem):
         u = self.block_unit.get(block)
         if u is not None:
             u.executor.prefetcher.on_prefetch_used(block, now)
+            if u.credit is not None:
+                u.credit.used(block)
 
     def on_prefetch_wasted(self, block: int, now: float) -> None:
         # told right after ``victim`` named ``block``, whose unit ``_forget`` kept for this
         u = self._victim_unit
         if u is not None and self._victim == block:
             u.executor.prefetcher.on_prefetch_wasted(block, now)
+            if u.credit is not None:
+                u.credit.lost(block)
 
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         """The block's own executor decides (told the unit's window counts, for a refusal
@@ -489,6 +511,8 @@ class ChironSystem(DataCacheSystem):
         if u is None:
             return
         u.executor.eviction.on_remove(block)
+        if u.credit is not None:
+            u.credit.lost(block)
         self.block_unit.pop(block)
         self.used -= self.sizes.pop(block)
         self.unread.discard(block)
@@ -672,6 +696,8 @@ class ChironSystem(DataCacheSystem):
         # the old policy's keys are block ids, typed Hashable by the policy interface
         new.adopt_many(list(old.eviction.keys()), self.sizes, now, self.unread)  # type: ignore[arg-type]  # see above
         u.executor = new
+        if u.credit is not None:  # a new pattern's prefetcher starts with a whole budget
+            u.credit = PrefetchCredit()
         u.left_pattern = u.pattern
         u.switch_reads = u.reads
         u.pattern = pattern
