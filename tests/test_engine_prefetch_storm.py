@@ -29,8 +29,10 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from aicache.adaptive.controller import ChironParams, ChironSystem
+from aicache.adaptive.observer import ChironObserver
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.store import HEADER_SIZE
+from aicache.sim.datacache import simulate_datacache, workload_from_trace
 
 BLOCK = 64 * 1024
 N_FILES = 300
@@ -70,18 +72,16 @@ def _dataset(root: Path) -> list[tuple[str, bytes]]:
     return files
 
 
-def _record(files: list[tuple[str, bytes]], cache: Path, cache_bytes: int
+def _record(files: list[tuple[str, bytes]], cache: Path, cache_bytes: int, out: Path
             ) -> list[tuple[float, str, int]]:
-    """Run the skewed job with four threads; the engine's demand accesses, in order."""
-    log: list[tuple[float, str, int]] = []
-    mutex = threading.Lock()
+    """Run the skewed job with four threads, recording as ``aicache record`` does (its
+    block-csv recorder on the engine's access hook); the trace read back."""
+    from aicache.cli.mount import CsvRecorder
+    from aicache.traces.io import open_trace
 
-    def record(now: float, unit: str, bid: int, size: int) -> None:
-        with mutex:  # without a mount root, a block's unit is its file's path
-            log.append((now, unit, bid))
-
+    rec = CsvRecorder(str(out))
     eng = CacheEngine(fsspec.filesystem("file"), str(cache), cache_bytes, policy="lru",
-                      params=EngineParams(block_size=BLOCK), record=record)
+                      params=EngineParams(block_size=BLOCK), record=rec)
     rng = random.Random(11)
     order = list(range(N_FILES))
     rng.shuffle(order)  # popularity unrelated to path order
@@ -101,8 +101,15 @@ def _record(files: list[tuple[str, bytes]], cache: Path, cache_bytes: int
     for th in threads:
         th.join()
     eng.close()
+    rec.close()
     assert not errors, f"wrong bytes while recording: {errors[:3]}"
-    return log
+    src = open_trace(str(out))
+    trace: list[tuple[float, str, int]] = []
+    for b in src.batches():  # without a mount root, a block's unit is its file's path
+        assert b.unit is not None
+        trace.extend((float(t), src.units[int(u)], int(i))
+                     for t, u, i in zip(b.timestamp.tolist(), b.unit.tolist(), b.obj_id.tolist()))
+    return trace
 
 
 class _Clock:
@@ -115,6 +122,7 @@ class _Clock:
 
 def _replay(trace: list[tuple[float, str, int]], data: dict[str, bytes], cache: Path,
             cache_bytes: int, policy: str | ChironSystem) -> tuple[int, int]:
+    """Remote GETs and bytes of one replay (each recorded access reads its whole file)."""
     target = CountingLocal(skip_instance_cache=True)  # fresh counters per replay
     clock = _Clock()
     eng = CacheEngine(target, str(cache), cache_bytes, policy=policy, clock=clock,
@@ -129,19 +137,20 @@ def _replay(trace: list[tuple[float, str, int]], data: dict[str, bytes], cache: 
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[float, str, int]], dict[str, bytes], int]:
+def recorded(tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[list[tuple[float, str, int]], dict[str, bytes], int, Path]:
     root = tmp_path_factory.mktemp("storm")
     files = _dataset(root)
     total = sum(len(d) + HEADER_SIZE for _, d in files)
     cache_bytes = total // 10
-    trace = _record(files, root / "record-cache", cache_bytes)
+    trace = _record(files, root / "record-cache", cache_bytes, root / "job.csv")
     assert len(trace) == N_READS
-    return trace, dict(files), cache_bytes
+    return trace, dict(files), cache_bytes, root / "job.csv"
 
 
 def test_chiron_fetches_no_more_than_lru_on_a_recorded_skewed_job(
-        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int], tmp_path: Path) -> None:
-    trace, data, cache_bytes = recorded
+        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int, Path], tmp_path: Path) -> None:
+    trace, data, cache_bytes, _csv = recorded
     lru_gets, lru_bytes = _replay(trace, data, tmp_path / "lru", cache_bytes, "lru")
     # the default system, with its advisor answering in virtual time (deterministic)
     chiron = ChironSystem(cache_bytes, runner="virtual")
@@ -150,8 +159,8 @@ def test_chiron_fetches_no_more_than_lru_on_a_recorded_skewed_job(
 
 
 def test_the_trace_provokes_the_storm_without_the_credit(
-        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int], tmp_path: Path) -> None:
-    trace, data, cache_bytes = recorded
+        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int, Path], tmp_path: Path) -> None:
+    trace, data, cache_bytes, _csv = recorded
     trace = trace[:500]  # the storm shows from the first misses
     lru_gets, _ = _replay(trace, data, tmp_path / "lru", cache_bytes, "lru")
     unbounded = ChironSystem(cache_bytes, params=ChironParams(prefetch_credit=False), runner="virtual")
@@ -189,3 +198,31 @@ def test_a_sequential_pass_keeps_its_readahead(tmp_path: Path) -> None:
             eng.close()
     assert out[True] == out[False]
     assert out[True][2] > 0  # the pass was read ahead
+
+
+class _Switches(ChironObserver):
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str | None, str]] = []
+
+    def on_switch(self, unit: str, old: str | None, new: str, now: float) -> None:
+        self.log.append((unit, old, new))
+
+
+def test_engine_and_simulator_diagnose_the_recorded_job_alike(
+        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int, Path], tmp_path: Path) -> None:
+    """The recorded trace, replayed by the simulator and through the real engine: the same
+    units, the same switches (unit, from, to) in the same order, the same final patterns."""
+    trace, data, cache_bytes, csv = recorded
+    seen = []
+    for driver in ("engine", "sim"):
+        system = ChironSystem(cache_bytes, runner="virtual")
+        obs = _Switches()
+        system.add_observer(obs)
+        if driver == "engine":
+            _replay(trace, data, tmp_path / "engine", cache_bytes, system)
+        else:
+            simulate_datacache(workload_from_trace(str(csv), workers=THREADS), system, cache_bytes,
+                               block_size=BLOCK, block_overhead=HEADER_SIZE)
+        seen.append((obs.log, system.stats()["active_patterns"]))
+    assert seen[0] == seen[1]
+    assert seen[0][1] == {Path(trace[0][1]).parts[1]: "skewed"}  # a Zipf draw over one folder
