@@ -315,10 +315,11 @@ class MountSystem(System):
 class AicacheMount(MountSystem):
     peer = False
 
-    def __init__(self, name: str, policy: str | None) -> None:
+    def __init__(self, name: str, policy: str | None, extra: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.name = name
         self.policy = policy
+        self.extra = extra
 
     def command(self, env: Env, budget: int, cache_dir: str, mnt: str, record: str | None) -> list[str]:
         cmd = [sys.executable, "-m", "aicache.cli.main", "mount", f"s3://{BUCKET}/{PREFIX}", mnt,
@@ -328,7 +329,7 @@ class AicacheMount(MountSystem):
             cmd += ["--policy", self.policy]
         if record is not None:
             cmd += ["--record", record]
-        return cmd
+        return cmd + list(self.extra)
 
 
 class Rclone(MountSystem):
@@ -455,7 +456,7 @@ class FsspecSystem(System):
             fs = fsspec.filesystem(self.protocol, target_protocol="s3", target_options=target,
                                    cache_storage=cache_dir, skip_instance_cache=True)
         self.fs = fs
-        return lambda name: fs.open(f"{BUCKET}/{PREFIX}/{name}", "rb")  # type: ignore[no-any-return]
+        return lambda name: fs.open(f"{BUCKET}/{PREFIX}/{name}", "rb")
 
     def stop(self) -> None:
         close = getattr(self.fs, "close", None)
@@ -468,11 +469,19 @@ def all_systems() -> dict[str, System]:
     systems: list[System] = [
         AicacheMount(DEFAULT, None), AicacheMount("aicache-chiron", "chiron"),
         AicacheMount("aicache-lru", "lru"), FsspecSystem("aicache-fsspec", "aicache", peer=False),
+        # default flags plus --kernel-cache: file pages kept in the kernel across opens, as
+        # JuiceFS does by default (outside every system's disk budget); not in the default set
+        AicacheMount("aicache-kcache", None, ("--kernel-cache",)),
         JuiceFS(), Rclone(), S3fsFuse(),
-        FsspecSystem("simplecache", "simplecache", peer=True, uncapped="no size cap (fsspec #510)"),
-        FsspecSystem("blockcache", "blockcache", peer=True, uncapped="no size cap (fsspec #510)"),
+        FsspecSystem("simplecache", "simplecache", peer=True, uncapped="fsspec's disk caches have no size cap"),
+        FsspecSystem("blockcache", "blockcache", peer=True, uncapped="fsspec's disk caches have no size cap"),
     ]
     return {s.name: s for s in systems}
+
+
+#: what runs without --systems
+DEFAULT_SYSTEMS = ("aicache", "aicache-chiron", "aicache-lru", "aicache-fsspec", "juicefs", "rclone",
+                   "s3fs-fuse", "simplecache", "blockcache")
 
 
 #: peers that cannot be had at all on this machine, and why
@@ -730,7 +739,26 @@ def markdown(rows: list[dict[str, object]], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_report(results: list[RunResult], meta: dict[str, object], as_markdown: bool = False) -> None:
+@dataclass(slots=True)
+class Meta:
+    """What a run was: the dataset, the setting, what could not run, the tools' versions."""
+
+    small_files: int
+    small_bytes: int
+    large_files: int
+    large_bytes: int
+    latency_ms: float
+    threads: int
+    seed: int
+    scale: float
+    quick: bool
+    namespace: str
+    unavailable: dict[str, str]
+    budget_slack: float
+    tool_versions: dict[str, str]
+
+
+def print_report(results: list[RunResult], meta: Meta, as_markdown: bool = False) -> None:
     from aicache.cli.output import print_rows
 
     if as_markdown:
@@ -740,10 +768,10 @@ def print_report(results: list[RunResult], meta: dict[str, object], as_markdown:
                         for r in ratios(results)], "aicache default vs the best real peer within budget, and vs lru"))
         return
 
-    print(f"dataset: {meta['small_files']} small files ({meta['small_bytes'] / 1e6:.1f} MB), "
-          f"{meta['large_files']} large ({meta['large_bytes'] / 1e6:.1f} MB); "
-          f"{meta['latency_ms']} ms per request; {meta['threads']} readers; namespace: {meta['namespace']}")
-    for name, why in dict(meta["unavailable"]).items():  # type: ignore[call-overload]
+    print(f"dataset: {meta.small_files} small files ({meta.small_bytes / 1e6:.1f} MB), "
+          f"{meta.large_files} large ({meta.large_bytes / 1e6:.1f} MB); "
+          f"{meta.latency_ms} ms per request; {meta.threads} readers; namespace: {meta.namespace}")
+    for name, why in meta.unavailable.items():
         print(f"{name}: unavailable: {why}")
     for job in dict.fromkeys(r.job for r in results):
         print_rows(table_rows(results, job), title=f"job {job}: {JOBS[job].title}")
@@ -794,7 +822,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a 1-3 minute smoke run (jobs A, B, C)")
     ap.add_argument("--scale", type=float, default=1.0, help="dataset size factor (default 1)")
-    ap.add_argument("--systems", default=None, help=f"comma list of {', '.join(all_systems())}")
+    ap.add_argument("--systems", default=None,
+                    help=f"comma list of {', '.join(all_systems())} (default: all but aicache-kcache)")
     ap.add_argument("--jobs", default=None, help="comma list of A,B,C,D,E (default all; --quick: A,B,C)")
     ap.add_argument("--budgets", default=None,
                     help="per job, shares of its files' bytes: 'A=0.67,0.33;C=0.1,0.25' (defaults per job)")
@@ -814,17 +843,18 @@ def main(argv: list[str] | None = None) -> int:
             with open(a.report) as f:
                 saved = json.load(f)
             old = [RunResult(**r) for r in saved["results"]]
+            old_meta = Meta(**saved["meta"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"peers.py: --report {a.report!r} is not a peers.py --json output ({exc}); "
                   "give the file a --json run wrote", file=sys.stderr)
             return 2
-        print_report([r for r in old if not r.status.startswith("unavailable")], saved["meta"], a.markdown)
+        print_report([r for r in old if not r.status.startswith("unavailable")], old_meta, a.markdown)
         return 0
     from aicache.errors import BadInput
 
     try:
         systems = all_systems()
-        names = [s.strip() for s in (a.systems or ",".join(systems)).split(",") if s.strip()]
+        names = [s.strip() for s in (a.systems or ",".join(DEFAULT_SYSTEMS)).split(",") if s.strip()]
         unknown = [n for n in names if n not in systems]
         if unknown:
             _bad(f"--systems {unknown[0]!r} is unknown; valid: {', '.join(systems)}")
@@ -905,15 +935,13 @@ def main(argv: list[str] | None = None) -> int:
         s3.stop()
         if not os.environ.get("AICACHE_PEERS_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
-    meta: dict[str, object] = {
-        "small_files": len(ds.small), "small_bytes": ds.bytes_of(ds.small), "large_files": len(ds.large),
-        "large_bytes": ds.bytes_of(ds.large), "latency_ms": a.latency_ms, "threads": a.threads,
-        "seed": a.seed, "scale": a.scale, "quick": a.quick, "namespace": namespace,
-        "unavailable": unavailable, "budget_slack": BUDGET_SLACK,
-        "tool_versions": tool_versions()}
+    meta = Meta(small_files=len(ds.small), small_bytes=ds.bytes_of(ds.small), large_files=len(ds.large),
+                large_bytes=ds.bytes_of(ds.large), latency_ms=a.latency_ms, threads=a.threads,
+                seed=a.seed, scale=a.scale, quick=a.quick, namespace=namespace,
+                unavailable=unavailable, budget_slack=BUDGET_SLACK, tool_versions=tool_versions())
     measured = [r for r in results if not r.status.startswith("unavailable")]
     if a.json:
-        print(json.dumps({"meta": meta, "results": [asdict(r) for r in results],
+        print(json.dumps({"meta": asdict(meta), "results": [asdict(r) for r in results],
                           "ratios": ratios(measured)}, default=str))
     else:
         print_report(measured, meta)

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from aicache.testing.s3 import free_port
+
 COUNTS_PATH = "/__counts__"
 #: bucket sub-resources a GET on a bucket may name that are not listings
 _BUCKET_SUBRESOURCES = frozenset({"location", "versioning", "acl", "policy", "cors", "lifecycle",
@@ -192,8 +194,6 @@ class CountingS3:
 def start_counting_s3(timeout_s: float = 60.0) -> CountingS3:
     """Start the counting server on a free loopback port; the AWS credential variables moto's
     clients expect are set in this process's environment."""
-    from aicache.testing.s3 import free_port
-
     for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(var, value)
