@@ -19,6 +19,17 @@ if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep 
   fi
 fi
 
+# s3fs-fuse, one of the real peers benchmarks/peers.py mounts (and its test, when present).
+if [[ ",$EXTRAS," == *",test,"* ]] && ! command -v s3fs >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing s3fs (apt-get)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3fs >/dev/null) \
+      || echo "setup: warning: could not install s3fs; benchmarks/peers.py reports it unavailable" >&2
+  else
+    echo "setup: warning: s3fs missing and not root; run: sudo apt-get install s3fs" >&2
+  fi
+fi
+
 # llama-cpp-python (the llm extra, in test) ships only an sdist: pip compiles it with cmake
 # and a C/C++ compiler.
 if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",llm,"* ]] && { ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; }; then
