@@ -30,6 +30,7 @@ def warm_cache(tmp_path):
     e = CacheEngine(SlowFileSystem(), str(cache), 10 * BLOCK, policy="alluxio",
                     params=EngineParams(block_size=BLOCK))
     assert e.read(str(src / "a.bin")) == data
+    e.wait_prefetches()  # every block written (write-behind)
     return e, str(src / "a.bin"), str(cache), data
 
 

@@ -226,6 +226,7 @@ def test_first_client_starts_the_daemon_and_others_join_it(tmp_path) -> None:
     try:
         assert pid != os.getpid() and b.engine.policy._call("hello", [])["pid"] == pid
         assert a.cat_file(str(src / "x.bin")) == data
+        a.engine.wait_prefetches()  # a's blocks are written (write-behind) before b looks
         assert b.cat_file(str(src / "x.bin")) == data
         st = a.engine.policy.stats()
         assert st["accesses"] == 6 and st["clients"] == 2 and st["resident_blocks"] == 3

@@ -94,6 +94,7 @@ def test_swapped_blocks_are_caught_after_a_verified_read_too(tmp_path, src) -> N
     cache = str(tmp_path / "cache")
     with engine(cache) as e:
         assert e.read(path) == data
+        e.wait_prefetches()  # stored (the writer stores a block after its reader has it)
         assert e.read(path) == data  # verified and remembered
         v = e.stat(path).version
         swap(e.store.block_path(BlockKey(path, v, 0)), e.store.block_path(BlockKey(path, v, 2)))
@@ -258,6 +259,7 @@ def test_a_disk_full_at_open_serves_reads_uncached(tmp_path, src) -> None:
             os.close(fd)
         with engine(str(disk / "cache")) as e:
             assert e.read(path) == data
+            e.wait_prefetches()  # the writer has failed to store it (write-behind)
             assert e.read(path) == data
             assert e.metrics.value("remote_bytes") == 2 * len(data)  # uncached, not failed
     finally:

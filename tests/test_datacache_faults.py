@@ -48,6 +48,7 @@ KILLED_WORKER = textwrap.dedent("""
                     params=EngineParams(block_size=block, max_prefetch=8))
     for i in range(3):
         e.read(path, i * block, block)
+    e.wait_prefetches()  # the first three blocks are written before the kill
     print("READY", flush=True)
     i = 3
     while True:  # keep the prefetcher busy until killed
@@ -91,6 +92,7 @@ def test_corrupt_block_is_detected_dropped_and_refetched(tmp_path, dataset) -> N
     try:
         ref = dataset[path][BLOCK:2 * BLOCK]
         assert e.read(path, BLOCK, BLOCK) == ref
+        e.wait_prefetches()  # stored by the writer
         meta = e.stat(path)
         f = e.store.block_path(BlockKey(path, meta.version, 1))
         with open(f, "r+b") as fh:  # flip one byte of the block's data
@@ -102,6 +104,7 @@ def test_corrupt_block_is_detected_dropped_and_refetched(tmp_path, dataset) -> N
         assert e.read(path, BLOCK, BLOCK) == ref  # never the corrupt bytes
         assert e.metrics.value("corrupt_blocks") == 1
         assert e.metrics.value("remote_bytes") == fetched + BLOCK  # refetched
+        e.wait_prefetches()
         assert e.read(path, BLOCK, BLOCK) == ref
         assert e.metrics.value("remote_bytes") == fetched + BLOCK  # and cached again
         assert e.store.verify().bad == 0
@@ -223,7 +226,9 @@ def test_full_local_disk_serves_reads_uncached(tmp_path, dataset) -> None:
             assert e.store.capacity > 3 * BLOCK + 72, e.store.capacity  # more than fits now
         try:
             assert e.read(path) == dataset[path]
+            e.wait_prefetches()  # the writer has tried to store every block
             assert e.read(path) == dataset[path]
+            e.wait_prefetches()
             assert e.metrics.value("enospc") > 0
             assert e.metrics.value("hits") > 0  # what did fit is still used
             assert e.store.verify().bad == 0
@@ -338,6 +343,7 @@ def test_a_policy_that_raises_never_fails_a_read(tmp_path, dataset) -> None:
         assert e.read(path) == dataset[path]
         assert e.read(path, 3 * BLOCK, 2 * BLOCK) == dataset[path][3 * BLOCK:5 * BLOCK]
         assert e.metrics.value("policy_errors") > 0
+        e.wait_prefetches()  # every fetched block written (write-behind)
         assert e.store.stats().used_bytes <= cap and e.store.stats().blocks == 4
     finally:
         e.close()

@@ -374,6 +374,7 @@ def test_a_block_corrupted_between_two_fuse_pieces_is_refetched(tmp_path, splice
     try:
         path = str(tmp_path / "src" / "f.bin")
         assert e.read(path) == data  # fetched and stored
+        e.wait_prefetches()  # by the writer, after the read had its bytes
         assert e.read(path) == data  # read back from the store: verified, remembered
         fetched = e.metrics.value("remote_bytes")
         fh = ops.open("/f.bin", os.O_RDONLY)

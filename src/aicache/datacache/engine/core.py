@@ -25,6 +25,11 @@ Threads and guarantees:
 * Misses and prefetches are *single-flight*: one fetch per block; a demand read of a block
   being prefetched waits for that fetch (or, if the prefetch has not started yet, takes it
   over) instead of fetching twice.
+* Write-behind: a fetched block goes to its reader (and every reader waiting on its
+  fetch) first; one writer thread then stores it, and until it is stored its flight
+  stays in the in-flight table, so a reader of it meanwhile gets the bytes from there
+  instead of fetching them again. At most ``max_write_behind_bytes`` wait for the writer;
+  past that a reader stores its block itself (the old path), so memory stays bounded.
 * Prefetches run on a bounded pool (``max_prefetch`` concurrent fetches,
   ``max_prefetch_bytes`` in flight; more are dropped and counted), are never reported as
   accesses, and go through the same admission + budget as demand blocks, so they never push
@@ -152,6 +157,14 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             [] if p.sync_prefetch else None)
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, p.max_prefetch),
                                            thread_name_prefix="aicache-prefetch")
+        #: write-behind: fetched blocks are written to the store here, off the reader's path
+        #: (a block write with its index commit took ~2-7 ms, a quarter to a half of a
+        #: 10 ms remote fetch); None in ``sync_prefetch`` mode, which must store in order
+        self._writer: cf.ThreadPoolExecutor | None = None
+        if p.write_behind and not p.sync_prefetch:
+            self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aicache-store")
+        self._write_bytes = 0  # bytes handed to the writer and not yet written
+        self._write_count = 0
         self._io_pool: cf.ThreadPoolExecutor | None = None
         if p.request_timeout_s:
             self._io_pool = cf.ThreadPoolExecutor(max_workers=max(4, 2 * p.max_prefetch),
@@ -341,8 +354,12 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         if acc.prefetch:
             self._schedule(acc.prefetch)
 
-    def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool) -> None:
-        """A fetched block: ask the policy once, then apply its answer to the store."""
+    def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool,
+                flight: _Flight | None = None) -> bool:
+        """A fetched block: ask the policy once, then apply its answer to the store. True
+        when the store write was handed to the writer (write-behind): it then ends
+        ``flight`` once the block is written, so that until then readers of the block get
+        its bytes from the flight instead of fetching them again."""
         try:
             plan = self.policy.insert(unit, bid, key, len(data), self.store.used, self._now(),
                                       prefetched)
@@ -364,7 +381,42 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 self.store.evict(evict)
             if adm is Admission.REJECTED:
                 self.metrics.rejected.inc()
-            return
+            return False
+        w = self._writer
+        if w is not None and flight is not None:
+            n = len(data)
+            with self._lock:
+                room = self._write_bytes + n <= self.params.max_write_behind_bytes
+                if room:
+                    self._write_bytes += n
+                    self._write_count += 1
+            if room:
+                try:
+                    w.submit(self._write_behind, bid, key, data, evict, flight)
+                    return True
+                except RuntimeError:  # closing: write it here
+                    with self._lock:
+                        self._write_bytes -= n
+                        self._write_count -= 1
+        self._store_block(bid, key, data, evict)
+        return False
+
+    def _write_behind(self, bid: int, key: BlockKey, data: bytes, evict: list[BlockKey],
+                      flight: _Flight) -> None:
+        """The writer's job: store a block a reader already has, then end its flight."""
+        try:
+            self._store_block(bid, key, data, evict)
+        except Exception as exc:  # noqa: BLE001 - a failed write is a block not cached
+            log.warning("aicache: could not store a block of %s: %s", key.path, exc)
+            self._lost(bid, key)
+        finally:
+            with self._lock:
+                self._write_bytes -= len(data)
+                self._write_count -= 1
+            self._end_flight(key, flight)
+
+    def _store_block(self, bid: int, key: BlockKey, data: bytes, evict: list[BlockKey]) -> None:
+        """Write a block the policy admitted, dropping ``evict`` first (see :meth:`_put`)."""
         try:
             put = self._put(key, data, evict)
         except StoreFull as exc:
@@ -428,6 +480,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             return
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._writer is not None:  # every block a reader got is written before the store closes
+            self._writer.shutdown(wait=True)
         if self._io_pool is not None:
             self._io_pool.shutdown(wait=False, cancel_futures=True)
         if self.counters is not None:

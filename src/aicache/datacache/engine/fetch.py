@@ -54,10 +54,11 @@ class Fetcher:
     _meta: dict[str, tuple[FileMeta, float]]
     _prefetch_bytes: int
     _prefetch_count: int
+    _write_count: int
     _sync: list[tuple[FileMeta, int, int, BlockKey, _Flight]] | None
     _pool: cf.ThreadPoolExecutor
     _fetch: Callable[[FileMeta, int], bytes]
-    _insert: Callable[[str, int, BlockKey, bytes, bool], None]
+    _insert: Callable[[str, int, BlockKey, bytes, bool, _Flight], bool]
     _file_blocks: Callable[[FileMeta], FileBlocks]
     unit_of: Callable[[str], str]
 
@@ -71,14 +72,22 @@ class Fetcher:
                 if self._inflight.get(key) is flight:
                     del self._inflight[key]
             raise
+        deferred = False
         try:
-            self._insert(unit, bid, key, data, prefetched)
+            deferred = self._insert(unit, bid, key, data, prefetched, flight)
         finally:
-            flight.future.set_result(data)
-            with self._lock:
-                if self._inflight.get(key) is flight:
-                    del self._inflight[key]
+            flight.future.set_result(data)  # waiting readers get the bytes now
+            if not deferred:
+                self._end_flight(key, flight)
         return data
+
+    def _end_flight(self, key: BlockKey, flight: _Flight) -> None:
+        """``flight`` is over (its block stored, refused or failed): later readers go to the
+        store (or fetch anew)."""
+        with self._lock:
+            if self._inflight.get(key) is flight:
+                del self._inflight[key]
+
     def _schedule(self, blocks: Sequence[int]) -> None:
         """Queue prefetches of ``blocks`` (the non-resident blocks the policy named)."""
         p = self.params
@@ -136,6 +145,7 @@ class Fetcher:
             flight.future.set_exception(RemoteReadError(5, "prefetch cancelled"))
 
     def _prefetch_one(self, meta: FileMeta, idx: int, bid: int, key: BlockKey, flight: _Flight) -> None:
+        deferred = False
         if self._closed or not flight.claim():  # a demand read took it over (or closing)
             with self._lock:
                 self._prefetch_count -= 1
@@ -149,22 +159,23 @@ class Fetcher:
                 flight.future.set_exception(exc)
                 return
             try:
-                self._insert(self.unit_of(meta.path), bid, key, data, True)
+                deferred = self._insert(self.unit_of(meta.path), bid, key, data, True, flight)
             finally:
                 flight.future.set_result(data)
         finally:
             with self._lock:
-                if self._inflight.get(key) is flight:
+                if not deferred and self._inflight.get(key) is flight:
                     del self._inflight[key]
                 self._prefetch_count -= 1
                 self._prefetch_bytes -= flight.nbytes
 
     def wait_prefetches(self, timeout: float = 30.0) -> None:
-        """Block until no prefetch is in flight (tests, benchmarks)."""
+        """Block until no prefetch is in flight and every fetched block is written to the
+        store (tests, benchmarks)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if self._prefetch_count == 0:
+                if self._prefetch_count == 0 and self._write_count == 0:
                     return
             time.sleep(0.005)
 

@@ -53,6 +53,12 @@ class EngineParams:
     #: after its own block — with an injected clock the engine then makes exactly the
     #: simulator's decisions (``tests/test_engine_vs_sim.py``)
     sync_prefetch: bool = False
+    #: store fetched blocks on a writer thread after the reader has its bytes (see
+    #: :mod:`aicache.datacache.engine.core`); off in ``sync_prefetch`` mode
+    write_behind: bool = True
+    #: bytes of fetched blocks that may wait for the writer; past it readers store their
+    #: own blocks (back-pressure instead of unbounded memory)
+    max_write_behind_bytes: int = 256 * 1024 * 1024
 
 
 class DaemonMode(Enum):
