@@ -53,6 +53,7 @@ class BlockMapping:
     _clock: Callable[[], float]
     _lock: threading.Lock
     _meta: dict[str, tuple[FileMeta, float]]
+    _info: dict[str, tuple[dict[str, Any] | None, float]]
     _listed: set[str]
     _bases: dict[str, int]
     _nblocks: dict[str, int]
@@ -74,9 +75,21 @@ class BlockMapping:
         return fb
 
     def _ensure_mapped(self, meta: FileMeta) -> None:
-        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
+        self._ensure_listed(meta.path)
+        n = max(1, math.ceil(meta.size / self.block_size))
+        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
+            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
+            self._bases[meta.path] = base
+            self._nblocks[meta.path] = have
+
+    def _ensure_listed(self, path: str) -> None:
+        """List ``path``'s folder (or the dataset root) once, registering its files' block
+        ranges and caching their metadata and ``info`` from the listing: the first read
+        in a folder pays one listing, and its other files need no HEAD (stat or FUSE
+        attributes) for the metadata TTL."""
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
         if self._root and self.params.list_root and self._root not in self._listed \
-                and meta.path.startswith(self._root + "/"):
+                and path.startswith(self._root + "/"):
             self._map_root()
         if parent not in self._listed:
             asked = self._clock()  # the entries are no older than this
@@ -91,11 +104,6 @@ class BlockMapping:
                     self._listed.add(parent)
                     files = self._adopt_listing(((e.get("name", ""), e) for e in entries), asked)
             self._register(files)
-        n = max(1, math.ceil(meta.size / self.block_size))
-        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
-            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
-            self._bases[meta.path] = base
-            self._nblocks[meta.path] = have
 
     def _map_root(self) -> None:
         """Register every file under the dataset root at once, sorted by path: a sorted
@@ -130,6 +138,9 @@ class BlockMapping:
             except FileNotFoundError:  # gone since it was listed
                 continue
             self._meta.setdefault(name, (m, asked))
+            old = self._info.get(name)
+            if old is None or old[1] < asked:
+                self._info[name] = (e, asked)
             files.append((name, m.size))
         return files
 

@@ -50,6 +50,7 @@ class MetadataCache:
     _target_since: dict[str, float]
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
+    _ensure_listed: Callable[[str], None]
 
     def stat(self, path: str) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
@@ -111,6 +112,14 @@ class MetadataCache:
         hit = self._info.get(path)  # a dict read is atomic: no lock
         if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
             return hit[0]
+        if hit is None:  # never seen: its folder's listing (made once) may hold it
+            try:
+                self._ensure_listed(path)
+            except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
+                pass
+            hit = self._info.get(path)
+            if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+                return hit[0]
         self.target.invalidate_cache(path)
         try:
             info: dict[str, Any] | None = self._remote(self.target.info, path)
