@@ -18,6 +18,9 @@ Layout of ``cache_dir``::
 Every entry is owner-only by default (directories 0700, files 0600: cached copies of
 private objects, and the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
 makes a deliberately shared cache, directories getting ``x`` wherever the mode has ``r``.
+A directory, or an entry of it, that another user could have written (not theirs, or
+writable by others, or a link) is refused at open (:mod:`aicache.datacache.trust`), and
+every cache file is opened with ``O_NOFOLLOW``.
 
 Decisions:
 
@@ -116,6 +119,7 @@ from aicache.datacache.budget import (DEFAULT_FREE_SPACE_RATIO, check_free_space
                                       disk_capped, join_users, settle_budget)
 from aicache.datacache.counters import pid_alive
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
+from aicache.datacache.trust import check_cache_dir_trust
 
 log = logging.getLogger(__name__)
 
@@ -191,17 +195,19 @@ def dir_mode(file_mode: int) -> int:
 
 def check_cache_mode(mode: int | str) -> int:
     """``cache_mode`` as an int (``0o600``, ``"0640"``, ``"640"``); BadInput unless the
-    owner may read and write and no bit beyond ``0o666`` is set."""
+    owner may read and write, no bit beyond ``0o666`` is set and other users get nothing
+    (a world-writable cache lets any user rewrite what every reader is served; a shared
+    cache is a group's, :mod:`aicache.datacache.trust`)."""
     from aicache.errors import BadInput
 
     try:
         m = int(mode, 8) if isinstance(mode, str) else int(mode)
     except ValueError:
         m = -1
-    if m < 0 or m & ~0o666 or m & 0o600 != 0o600:
+    if m < 0 or m & ~0o666 or m & 0o600 != 0o600 or m & 0o007:
         raise BadInput(f"cache mode {mode!r} is not an octal file mode the owner can read and "
-                       "write (no x bits); give e.g. 0600 (private, the default) or 0640 "
-                       "(shared with the group)")
+                       "write, with no x bits and nothing for other users; give e.g. 0600 "
+                       "(private, the default) or 0640 / 0660 (shared with the group)")
     return m
 
 
@@ -335,6 +341,7 @@ class BlockStore:
             raise
 
     def _open(self, recover: bool) -> None:
+        check_cache_dir_trust(self.cache_dir, self.file_mode)
         created = not os.path.lexists(self.cache_dir)
         os.makedirs(self.cache_dir, mode=self.dir_mode, exist_ok=True)
         index = os.path.join(self.cache_dir, "index.sqlite")
@@ -519,7 +526,7 @@ class BlockStore:
             if data is not None:
                 return data
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError as exc:  # a miss; ``blocks/ab`` a file or a link loop is also removed
@@ -632,7 +639,7 @@ class BlockStore:
         if seen is None or self.verify_mode == "full":
             return None
         try:
-            fd = os.open(self.block_path(key), os.O_RDONLY)
+            fd = os.open(self.block_path(key), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return None
         try:
@@ -795,7 +802,7 @@ class BlockStore:
 
     def _write_tmp(self, tmp: str, header: bytes, data: bytes) -> None:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.file_mode)
             try:
                 if self.file_mode != DEFAULT_CACHE_MODE:  # the umask may have narrowed it
                     os.fchmod(fd, self.file_mode)
@@ -894,7 +901,7 @@ class BlockStore:
         """Read and check one block file: ``_OK``, ``_CORRUPT`` or ``_MISPLACED`` (its
         header names another file, or, given the index row's ``key``, another block);
         raises FileNotFoundError when it is gone."""
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_no_follow) as f:
             head = f.read(HEADER_SIZE)
             data = f.read()
         if len(head) < _IDENT_AT or head[:4] != MAGIC:
@@ -930,7 +937,7 @@ class BlockStore:
                 _remove_any(path)
                 dropped += 1
                 continue
-            with open(path, "rb") as f:
+            with open(path, "rb", opener=_no_follow) as f:
                 idx = _IDENT.unpack_from(f.read(HEADER_SIZE), _IDENT_AT)[1]
             found.append((st.st_mtime_ns, digest, idx, st.st_size, path))
         found.sort()
@@ -1173,8 +1180,9 @@ def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
 
 
 def _open_file(path: str, flags: int, mode: int) -> int:
-    """Open (creating with ``mode``) a cache file; give it ``mode`` if this user owns it."""
-    fd = os.open(path, flags | os.O_CREAT, mode)
+    """Open (creating with ``mode``) a cache file, never through a link; give it ``mode``
+    if this user owns it."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
     try:
         st = os.fstat(fd)
         if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
@@ -1183,6 +1191,11 @@ def _open_file(path: str, flags: int, mode: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """An ``open`` opener that refuses a symbolic link (ELOOP) instead of following it."""
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _remove_any(path: str) -> None:
