@@ -284,7 +284,8 @@ def test_the_store_never_invalidates_a_mapped_block_it_serves(tmp_path) -> None:
             assert s.get(k) == new
             s.verify()
             s.clear()
-            assert s.mapped._copy_out(m) == old  # the unlinked pages are still valid
+            # the unlinked pages are still valid
+            assert s.mapped._copy_out(m, s.block_path(k)) == old
         finally:
             s.mapped._unpin(m)
     finally:
