@@ -223,9 +223,9 @@ class BlockKey:
         """The file name of this block in a store of ``block_size`` blocks (the block size
         is part of the name: block ``i`` of 1 MiB blocks is not block ``i`` of 4 MiB)."""
         h = hashlib.blake2b(digest_size=16, key=block_size.to_bytes(8, "little"))
-        h.update(self.path.encode())
+        h.update(_raw(self.path))
         h.update(b"\0")
-        h.update(self.version.encode())
+        h.update(_raw(self.version))
         h.update(b"\0")
         h.update(str(self.index).encode())
         return h.hexdigest()
@@ -236,8 +236,27 @@ class BlockKey:
                            _hash8(self.path), _hash8(self.version))
 
 
+def _raw(s: str) -> bytes:
+    """``s``'s bytes: UTF-8, and a file name that is not UTF-8 (decoded by Python with
+    ``surrogateescape``, as ``os.fsdecode`` does) as the bytes it was made of."""
+    return s.encode("utf-8", "surrogateescape")
+
+
+def _to_db(s: str) -> str | bytes:
+    """``s`` for the index: text, or (a name that is not UTF-8) its raw bytes as a blob."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return _raw(s)
+    return s
+
+
+def _from_db(v: str | bytes) -> str:
+    return v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+
+
 def _hash8(s: str) -> bytes:
-    return hashlib.blake2b(s.encode(), digest_size=8).digest()
+    return hashlib.blake2b(_raw(s), digest_size=8).digest()
 
 
 @dataclass(slots=True)
@@ -278,6 +297,9 @@ CREATE INDEX IF NOT EXISTS blocks_seq ON blocks(seq);
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS reserved (tmp TEXT PRIMARY KEY, size INTEGER NOT NULL);
 """
+#: the columns of each table of :data:`_SCHEMA`, in order
+_COLUMNS = {"blocks": ("key", "path", "version", "idx", "size", "seq"), "meta": ("k", "v"),
+            "reserved": ("tmp", "size")}
 _USED = ("SELECT (SELECT COALESCE(SUM(size), 0) FROM blocks)"
          " + (SELECT COALESCE(SUM(size), 0) FROM reserved)")
 
@@ -412,10 +434,15 @@ class BlockStore:
         assert db is not None
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(_SCHEMA)
         ok = db.execute("PRAGMA quick_check(1)").fetchone()
         if ok is None or ok[0] != "ok":
             raise sqlite3.DatabaseError(f"quick_check: {ok[0] if ok else 'no answer'}")
+        for table, want in _COLUMNS.items():  # a table of another layout (which CREATE …
+            # IF NOT EXISTS would keep) fails every write: the index is damaged, rebuilt
+            have = tuple(r[1] for r in db.execute(f"PRAGMA table_info({table})"))
+            if have and have != want:
+                raise sqlite3.DatabaseError(f"table {table} has columns {have}, not {want}")
+        db.executescript(_SCHEMA)
         return dict(db.execute("SELECT k, v FROM meta").fetchall())
 
     def _make_dir(self, d: str) -> None:
@@ -754,7 +781,7 @@ class BlockStore:
                     self._sql.execute(
                         "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
                         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
-                        (digest, key.path, key.version, key.index, size))
+                        (digest, _to_db(key.path), _to_db(key.version), key.index, size))
                     self._rename_in(tmp, path)
                     tmp = ""
                     self._sql.execute("COMMIT")
@@ -979,7 +1006,8 @@ class BlockStore:
         for digest, path_, version, idx in rows:
             path = os.path.join(self._blocks_dir, digest[:2], digest + ".blk")
             try:
-                fault = self._check_file(digest, path, BlockKey(path_, version, idx))
+                fault = self._check_file(digest, path,
+                                         BlockKey(_from_db(path_), _from_db(version), idx))
             except FileNotFoundError:
                 missing += 1
                 bad_keys.append(digest)
@@ -1023,7 +1051,7 @@ class BlockStore:
     def keys(self) -> list[BlockKey]:
         """The stored blocks' keys, oldest first (a block kept by an index rebuild has an
         empty path and version: its header holds only their hashes)."""
-        return [BlockKey(p, v, i) for p, v, i in
+        return [BlockKey(_from_db(p), _from_db(v), i) for p, v, i in
                 self._sql.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
 
     @property
