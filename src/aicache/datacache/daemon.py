@@ -13,6 +13,9 @@ lists), inserts (→ admission and victims) and blocks the store lost.
 Protocol: a Unix socket at ``CACHE_DIR/policy.sock``; one JSON object per line each way,
 ``{"m": method, "a": [args]}`` → ``{"r": result}`` or ``{"e": message}``. Times are the
 daemon's own clock (clients' clocks are ignored), so every process shares one timeline.
+A client checks every reply's shape and range (a block index that is negative or not the
+one asked for, a wrong type, an unknown admission): a bad reply is counted and treated as
+no answer (the client decides locally, as when the daemon fails), never raised into a read.
 
 Lifetime: the first client that finds no daemon starts one (``python -m
 aicache.datacache.daemon``, its own session, log in ``CACHE_DIR/daemon.log``); an

@@ -72,10 +72,11 @@ def check_cache_dir_trust(cache_dir: str, file_mode: int) -> None:
     p = os.path.dirname(real)
     while True:
         try:
-            st = os.stat(p)
+            up: os.stat_result | None = os.stat(p)
         except FileNotFoundError:
-            st = None
-        if st is not None:
+            up = None
+        if up is not None:
+            st = up
             sticky = bool(st.st_mode & stat.S_ISVTX)
             if not sticky and not shared and not _trusted_owner(st.st_uid, me):
                 raise _refuse(d, p, f"(a folder above it) is owned by uid {st.st_uid}, who can "

@@ -24,7 +24,9 @@ Threads and guarantees:
   block file, see :mod:`aicache.datacache.store`).
 * Misses and prefetches are *single-flight*: one fetch per block; a demand read of a block
   being prefetched waits for that fetch (or, if the prefetch has not started yet, takes it
-  over) instead of fetching twice.
+  over) instead of fetching twice. A flight always resolves (whatever fails between its
+  registration and its fetch fails it), and a wait on one is bounded
+  (:meth:`EngineParams.flight_wait_bound`): past it the reader fetches the block itself.
 * Prefetches run on a bounded pool (``max_prefetch`` concurrent fetches,
   ``max_prefetch_bytes`` in flight; more are dropped and counted), are never reported as
   accesses, and go through the same admission + budget as demand blocks, so they never push

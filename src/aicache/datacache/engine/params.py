@@ -68,7 +68,7 @@ class EngineParams:
         if self.flight_wait_s is not None:
             return self.flight_wait_s
         per = self.request_timeout_s or UNTIMED_REQUEST_S
-        backoff = sum(self.backoff_s * 2 ** a for a in range(self.retries))
+        backoff = sum(self.backoff_s * float(2 ** a) for a in range(self.retries))
         return 2.0 * ((self.retries + 1) * per + backoff)
 
 
