@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import fsspec
@@ -166,24 +167,27 @@ def test_experiment_run_to_an_impossible_out_is_one_line_exit_2() -> None:
     assert len(r.stderr.strip().splitlines()) == 1 and "/dev/null/x" in r.stderr
 
 
-TRUNCATING_READER = textwrap.dedent("""
+# A reader of one block, mapped if the store maps it. Between its stat check and its copy
+# (the window a racing truncation hits: the check is made to see the file as it was), the
+# test truncates the block file from another process; the reader then prints what it got.
+TRUNCATED_READER = textwrap.dedent("""
     import os, sys
+    sys.path.insert(0, sys.argv[4])
     from aicache.datacache.store import BlockKey, BlockStore
-    cache, path, version, truth_path = sys.argv[1:5]
-    truth = open(truth_path, "rb").read()
+    cache, mode, put = sys.argv[1], int(sys.argv[2], 8), sys.argv[3] == "put"
     B = 4096
-    store = BlockStore(cache, 1 << 26, B, racy_window_s=0.0)
-    key = BlockKey(path, version, 0)
-    want = truth[:B]
-    for _ in range(3):  # verified, then mapped on the second read
+    want = bytes(range(256)) * (B // 256)
+    store = BlockStore(cache, 1 << 26, B, racy_window_s=0.0, cache_mode=mode)
+    key = BlockKey("/remote/f.bin", "v1", 0)
+    if put:
+        assert store.put(key, want)
+    for _ in range(3):  # verified, then mapped on its second read where it may be
         assert store.get(key) == want
-    assert len(store.mapped) == 1, "the block was not mapped"
     blk = store.block_path(key)
-    # another process truncates the block file just after a read's stat check passed:
-    # the check is made to see the file as it was, the copy meets the truncated file
+    print(len(store.mapped), blk, flush=True)
     before, stat = os.stat(blk), os.stat
     os.stat = lambda p, *a, **k: before if p == blk else stat(p, *a, **k)
-    os.truncate(blk, 100)
+    sys.stdin.readline()  # the test truncates the file now
     got = store.get(key)
     os.stat = stat
     print("miss" if got is None else ("right" if got == want else "WRONG"), flush=True)
@@ -191,17 +195,92 @@ TRUNCATING_READER = textwrap.dedent("""
 """)
 
 
+def _python_for(user: int) -> str | None:
+    """A Python interpreter ``user`` may run (this one may live under root's home)."""
+    for exe in (sys.executable, "/usr/bin/python3"):
+        try:
+            r = subprocess.run([exe, "-c", "pass"], user=user, capture_output=True, timeout=60)
+        except OSError:  # not reachable for that user
+            continue
+        if r.returncode == 0:
+            return exe
+    return None
+
+
+@pytest.fixture
+def other_user():  # type: ignore[no-untyped-def]
+    import pwd
+    import shutil
+    import uuid
+
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("making a second local user needs root and useradd")
+    name = "aict" + uuid.uuid4().hex[:8]
+    subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/false", name],
+                   check=True, timeout=60)
+    base = tempfile.mkdtemp(prefix="aicache-truncate-")
+    os.chmod(base, 0o1777)
+    try:
+        yield pwd.getpwnam(name), base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        subprocess.run(["userdel", name], check=False, timeout=60)
+        subprocess.run(["groupdel", name], check=False, timeout=60, capture_output=True)
+
+
+def _read_across_truncation(reader: subprocess.Popen[str], truncate: list[str],
+                            as_user: int) -> tuple[int, str, subprocess.CompletedProcess[str]]:
+    assert reader.stdout is not None and reader.stdin is not None
+    mapped, blk = reader.stdout.readline().split()
+    t = subprocess.run([a.replace("BLK", blk) for a in truncate], user=as_user,
+                       capture_output=True, text=True, timeout=60)
+    out, err = reader.communicate("go\n", timeout=120)
+    assert reader.returncode == 0, (reader.returncode, err[-2000:])  # -7 would be SIGBUS
+    return int(mapped), out.strip(), t
+
+
 @pytest.mark.skipif(not MMAP_SUPPORTED, reason="blocks are mapped only on CPython/Linux")
-def test_a_block_truncated_under_a_mapping_is_a_miss_not_sigbus(tmp_path, one_file) -> None:
-    path, data = one_file
-    cache = str(tmp_path / "cache")
-    _warm(cache, path, data)
-    version = CacheEngine(fsspec.filesystem("file"), cache, 1 << 26, policy="lru",
-                          params=EngineParams(block_size=BLOCK)).stat(path).version
-    r = subprocess.run([sys.executable, "-c", TRUNCATING_READER, cache, path, version, path],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])  # -7 would be SIGBUS
-    assert r.stdout.strip() in ("miss", "right"), r.stdout
-    with CacheEngine(fsspec.filesystem("file"), cache, 1 << 26, policy="lru",
-                     params=EngineParams(block_size=BLOCK)) as e:
-        assert e.read(path) == data  # refetched, right bytes
+def test_a_mapped_block_cannot_be_truncated_by_another_process_of_its_user(other_user) -> None:
+    """The user's own other process (``truncate``) cannot cut a block file under the
+    reader's mapping: block files are read-only; the reader keeps reading right bytes."""
+    pw, base = other_user
+    exe = _python_for(pw.pw_uid)
+    if exe is None:
+        pytest.skip("no Python the second user may run")
+    import aicache
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(aicache.__file__)))
+    reader = subprocess.Popen([exe, "-c", TRUNCATED_READER, os.path.join(base, "c"), "600", "put",
+                               pkg_root], user=pw.pw_uid, group=pw.pw_gid, extra_groups=[],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    mapped, got, t = _read_across_truncation(reader, ["truncate", "-s", "100", "BLK"], pw.pw_uid)
+    assert mapped == 1
+    assert t.returncode != 0 and "Permission denied" in t.stderr
+    assert got == "right"
+
+
+@pytest.mark.skipif(not MMAP_SUPPORTED, reason="blocks are mapped only on CPython/Linux")
+def test_a_block_of_another_user_is_not_mapped_and_its_truncation_is_a_miss(other_user) -> None:
+    """A shared cache: a member wrote the block, so the reader does not map it; the member
+    truncating it (after making it writable) costs the reader a miss, not SIGBUS."""
+    pw, base = other_user
+    exe = _python_for(pw.pw_uid)
+    if exe is None:
+        pytest.skip("no Python the second user may run")
+    import aicache
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(aicache.__file__)))
+    cache = os.path.join(base, "c")
+    w = subprocess.Popen([exe, "-c", TRUNCATED_READER, cache, "660", "put", pkg_root],
+                         user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert w.communicate("go\n", timeout=120)[0].split("\n")[1] == "right"  # the member's block
+    reader = subprocess.Popen([sys.executable, "-c", TRUNCATED_READER, cache, "660", "read",
+                               pkg_root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    mapped, got, t = _read_across_truncation(
+        reader, ["sh", "-c", "chmod u+w BLK && truncate -s 100 BLK"], pw.pw_uid)
+    assert t.returncode == 0, t.stderr
+    assert mapped == 0
+    assert got == "miss"

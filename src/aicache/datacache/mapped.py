@@ -36,16 +36,18 @@ How, and what it costs:
 * **RSS.** Mapped pages count in the process's resident set as shown by ``ps``/``top``:
   they are the page cache's (shared, file-backed), the same pages a ``pread`` copies from,
   not memory the process owns.
-* **A file truncated under a mapping** would make a plain copy from its lost pages fault
-  (SIGBUS, which kills the reader: Python cannot resume after it). aicache never truncates
-  or writes a block file in place, but another process may (a member of a shared cache's
-  group, a stray ``truncate``), and a reader cannot know. So the copy is not a ``memcpy``:
-  it is ``process_vm_readv`` of this process's own mapping, a kernel copy that returns
-  EFAULT where a user-space access would raise SIGBUS (the kernel's page-fault path
-  signals only faults taken in user mode). A short or failed copy drops the mapping and
-  is a miss: the store then reads the file as it is now, and refuses it. The system call
-  releases the GIL as ``memmove`` did. Where it is not allowed (a seccomp filter), blocks
-  are not mapped at all (:data:`SUPPORTED`).
+* **Never maps what another process may truncate.** A copy from pages a truncation
+  removed faults (SIGBUS), which kills the reader: Python cannot resume after it, and a
+  kernel copy that fails cleanly instead (``process_vm_readv``) is slower than ``pread``.
+  So only a block file that no process but root can truncate is mapped: one this user
+  owns that has no write bit (the store writes block files read-only, ``0o400``/``0o440``:
+  they are never written in place — written to a temp file, renamed over nothing, evicted
+  by ``unlink``, which keeps mapped pages valid — so ``truncate`` by any other process of
+  this user, or of a shared cache's group, fails with EACCES). A block file of another
+  user (a shared cache's member wrote it), or one with a write bit (an earlier release's),
+  is read with ``pread``: a truncation then is a short read, a miss. Only root, or this
+  user after a deliberate ``chmod``, can still truncate a mapped block; ``mmap_bytes=0``
+  turns mapping off.
 """
 
 from __future__ import annotations
@@ -91,9 +93,6 @@ def _setup() -> tuple[bool, str]:
                               ctypes.c_int, ctypes.c_long]
         libc.munmap.restype = ctypes.c_int
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        libc.process_vm_readv.restype = ctypes.c_ssize_t
-        libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                                          ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
         new = ctypes.pythonapi.PyBytes_FromStringAndSize
         new.restype = ctypes.py_object
         new.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
@@ -104,25 +103,9 @@ def _setup() -> tuple[bool, str]:
     ctypes.memmove(id(probe) + off, b"aicache!", 8)
     if probe != b"aicache!" or ctypes.string_at(id(probe) + off, 8) != b"aicache!":
         return False, "mmap reads unavailable: unexpected bytes layout"
-    src, dst = ctypes.create_string_buffer(b"fault-safe"), ctypes.create_string_buffer(10)
-    if _vm_copy(libc, os.getpid(), ctypes.addressof(dst), ctypes.addressof(src), 10) != 10 \
-            or dst.raw != b"fault-safe":
-        return False, (f"mmap reads unavailable: process_vm_readv refused "
-                       f"({os.strerror(ctypes.get_errno())})")
     _libc, _new_bytes, _BYTES_DATA = libc, new, off
     _MAP_FAILED = ctypes.c_void_p(-1).value
     return True, ""
-
-
-class _IOVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-def _vm_copy(libc: ctypes.CDLL, pid: int, dst: int, src: int, n: int) -> int:
-    """Copy ``n`` bytes at ``src`` to ``dst`` in process ``pid`` (this one) by the kernel:
-    the bytes copied, fewer (or -1) where ``src`` faults — never a signal."""
-    local, remote = _IOVec(dst, n), _IOVec(src, n)
-    return int(libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
 
 
 _libc: ctypes.CDLL
@@ -161,7 +144,6 @@ class MappedBlocks:
         self._wake = threading.Event()
         self.mapped_total = 0  # mappings made (tests, stats)
         self.dropped_stale = 0  # mappings dropped because the file changed or went
-        self.faults = 0  # copies that met a file truncated under its mapping (misses)
         _LIVE.add(self)
 
     @property
@@ -196,7 +178,7 @@ class MappedBlocks:
                 self.dropped_stale += 1
                 self._drop(path, m)
                 return None
-            return self._copy_out(m, path)
+            return self._copy_out(m)
         finally:
             self._unpin(m)
 
@@ -208,6 +190,12 @@ class MappedBlocks:
         length = pos + n
         if not self.max_bytes or n <= 0 or length > self.max_bytes:
             return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        if st.st_uid != os.geteuid() or st.st_mode & 0o222:
+            return None  # another process could truncate it under the mapping: never map
         with self._lock:
             if self._closed or path in self._maps:
                 return None
@@ -243,19 +231,14 @@ class MappedBlocks:
             self._unpin(v, pinned=False)
         self._start_sweeper()
         try:
-            return self._copy_out(m, path)
+            return self._copy_out(m)
         finally:
             self._unpin(m)
 
-    def _copy_out(self, m: _Map, path: str) -> bytes | None:
-        """The mapped payload, or None (the mapping dropped) if the file lost pages under
-        it (truncated by another process): see the module docstring."""
+    @staticmethod
+    def _copy_out(m: _Map) -> bytes:
         out: bytes = _new_bytes(None, m.n)
-        # GIL released; a fault is a short count, not SIGBUS
-        if _vm_copy(_libc, os.getpid(), id(out) + _BYTES_DATA, m.addr + m.pos, m.n) != m.n:
-            self.faults += 1
-            self._drop(path, m)
-            return None
+        ctypes.memmove(id(out) + _BYTES_DATA, m.addr + m.pos, m.n)  # GIL released
         return out
 
     # -- dropping -------------------------------------------------------------------------

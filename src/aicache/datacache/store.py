@@ -15,8 +15,9 @@ Layout of ``cache_dir``::
     blocks/ab/<key>.blk   one file per block: a 72-byte header + the block's bytes
     tmp/           blocks being written (``<pid>-<n>.tmp``), renamed into ``blocks/``
 
-Every entry is owner-only by default (directories 0700, files 0600: cached copies of
-private objects, and the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
+Every entry is owner-only by default (directories 0700, files 0600, block files 0400 —
+read-only, see :mod:`aicache.datacache.mapped` —: cached copies of private objects, and
+the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
 makes a deliberately shared cache, directories getting ``x`` wherever the mode has ``r``.
 A directory, or an entry of it, that another user could have written (not theirs, or
 writable by others, or a link) is refused at open (:mod:`aicache.datacache.trust`), and
@@ -829,10 +830,13 @@ class BlockStore:
 
     def _write_tmp(self, tmp: str, header: bytes, data: bytes) -> None:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.file_mode)
+            # read-only: a block file is never written in place, and nobody but root can
+            # truncate it under a reader's mapping (aicache.datacache.mapped)
+            mode = self.file_mode & 0o444
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
             try:
                 if self.file_mode != DEFAULT_CACHE_MODE:  # the umask may have narrowed it
-                    os.fchmod(fd, self.file_mode)
+                    os.fchmod(fd, mode)
                 _write_all(fd, header)
                 _write_all(fd, data)
                 os.fsync(fd)
