@@ -123,3 +123,66 @@ def test_non_utf8_names_are_listed_and_read_through_the_mount(tmp_path: Path, ap
                     assert fh.read() == data
     finally:
         assert stop_mount(proc, str(mnt)) == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", [(), ("--kernel-cache",)], ids=["default", "kernel-cache"])
+def test_under_load_every_open_reads_one_version(tmp_path: Path, api: str,
+                                                 mode: tuple[str, ...]) -> None:
+    """Readers keep opening and reading the file while it is replaced again and again:
+    every read of every open is of one version (the one its first bytes show), or ESTALE."""
+    import threading
+
+    src = tmp_path / "src"
+    src.mkdir()
+    f = src / "f.bin"
+    size = 1 << 20
+    f.write_bytes(b"0" * size)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
+                       "--fuse-api", api, "--metadata-ttl", str(TTL_S), "--block-size", "256KiB",
+                       *mode)
+    stop = threading.Event()
+    reads: list[int] = []
+    mixed: list[str] = []
+    errors: list[int] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            fd = os.open(mnt / "f.bin", os.O_RDONLY)
+            try:
+                seen: set[int] = set()
+                pos = 0
+                while pos < size:
+                    try:
+                        piece = os.pread(fd, 64 << 10, pos)
+                    except OSError as exc:
+                        errors.append(exc.errno or 0)
+                        break
+                    if not piece:
+                        break
+                    reads.append(1)
+                    seen |= set(piece)
+                    pos += len(piece)
+                if len(seen) > 1:
+                    mixed.append(bytes(sorted(seen)).decode())
+            finally:
+                os.close(fd)
+
+    threads = [threading.Thread(target=reader, daemon=True) for _ in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        for v in b"123456":
+            time.sleep(TTL_S * 2)
+            _replace(f, bytes([v]) * size)
+        time.sleep(TTL_S * 2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(HANG_S)
+        assert stop_mount(proc, str(mnt)) == 0
+    assert not any(t.is_alive() for t in threads)
+    assert reads and not mixed, f"{len(mixed)} of the opens mixed versions: {mixed[:5]}"
+    assert set(errors) <= {errno.ESTALE}, set(errors)
