@@ -116,8 +116,8 @@ def check_cache_dir(path: str, mode: int = 0o600) -> None:
     from aicache.datacache.trust import check_cache_dir_trust
 
     d = os.path.abspath(path)
-    check_cache_dir_trust(d, mode)  # before anything (the log) is written there
     try:
+        check_cache_dir_trust(d, mode)  # before anything (the log) is written there
         if not os.path.lexists(d):
             os.makedirs(d, mode=dir_mode(mode))
             os.chmod(d, dir_mode(mode))  # the umask may have narrowed a shared mode

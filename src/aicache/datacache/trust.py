@@ -64,7 +64,7 @@ def check_cache_dir_trust(cache_dir: str, file_mode: int) -> None:
         p = os.sep.join(parts[:i]) or os.sep
         try:
             st = os.lstat(p)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # made (or refused) later
             break
         if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid, me):
             raise _refuse(d, p, f"is a symbolic link owned by uid {st.st_uid}")
@@ -73,7 +73,7 @@ def check_cache_dir_trust(cache_dir: str, file_mode: int) -> None:
     while True:
         try:
             up: os.stat_result | None = os.stat(p)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # made (or refused) later
             up = None
         if up is not None:
             st = up
@@ -90,7 +90,7 @@ def check_cache_dir_trust(cache_dir: str, file_mode: int) -> None:
         p = os.path.dirname(p)
     try:
         top = os.stat(real)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # made (or refused) later
         return
     paths = [real] + [os.path.join(real, n) for n in ENTRIES]
     blocks = os.path.join(real, "blocks")
@@ -99,7 +99,7 @@ def check_cache_dir_trust(cache_dir: str, file_mode: int) -> None:
     for p in paths:
         try:
             st = top if p == real else os.lstat(p)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # made (or refused) later
             continue
         if stat.S_ISLNK(st.st_mode):
             raise _refuse(d, p, "is a symbolic link")
