@@ -293,7 +293,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
                     data = None
             now = self._now()
-            size = len(data) if data is not None else min(self.block_size, meta.size - idx * self.block_size)
+            size = (len(data) if data is not None
+                    else min(self.block_size, meta.size - idx * self.block_size))
             source = Source.FLIGHT if data is not None else Source.REMOTE
             try:
                 acc = self.policy.read(unit, bid, key, size, source, now)
