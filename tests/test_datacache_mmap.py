@@ -261,6 +261,7 @@ def test_a_mapping_dropped_while_pinned_is_unmapped_when_its_copy_ends(tmp_path)
     data = payload(3, 3 * 4096 + 5)
     with open(p, "wb") as f:
         f.write(b"h" * HEADER_SIZE + data)
+    os.chmod(p, 0o400)  # read-only, as the store writes block files: only such are mapped
     mb = MappedBlocks(1 << 20)
     fd = os.open(p, os.O_RDONLY)
     try:
@@ -321,6 +322,7 @@ def test_a_set_nobody_closed_unmaps_when_collected_and_its_sweeper_ends(tmp_path
     data = payload(9, 5000)
     with open(p, "wb") as f:
         f.write(b"h" * HEADER_SIZE + data)
+    os.chmod(p, 0o400)  # read-only, as the store writes block files: only such are mapped
     mb = MappedBlocks(1 << 20, sweep_s=0.01)
     fd = os.open(p, os.O_RDONLY)
     try:
@@ -363,3 +365,27 @@ def test_the_engine_reports_its_mapped_blocks_on_the_metrics_endpoint(tmp_path) 
         assert samples["aicache_mapped_stale_dropped"] == 0.0
     finally:
         e.close()
+
+
+def test_only_read_only_block_files_of_this_user_are_mapped(tmp_path) -> None:
+    """A block file another process could truncate under a mapping (writable, or another
+    user's) is never mapped: it is read with ``pread``, where a truncation is a miss."""
+    data = payload(5, 2 * 4096)
+    mb = MappedBlocks(1 << 20)
+    try:
+        for i, mode in enumerate((0o600, 0o640, 0o400)):
+            p = str(tmp_path / f"blk{i}")
+            with open(p, "wb") as f:
+                f.write(b"h" * HEADER_SIZE + data)
+            os.chmod(p, mode)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                st_ = os.fstat(fd)
+                sig = (st_.st_dev, st_.st_ino, st_.st_size, st_.st_mtime_ns, st_.st_ctime_ns)
+                got = [mb.admit(p, fd, sig, HEADER_SIZE, len(data)) for _ in range(2)]
+            finally:
+                os.close(fd)
+            assert got == ([None, data] if mode == 0o400 else [None, None]), oct(mode)
+        assert len(mb) == 1
+    finally:
+        mb.close()

@@ -22,9 +22,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.datacache.store import BlockStore
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -116,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if args.watch is not None or args.count:
         if args.action != "stats" or args.watch is None:
             raise BadInput("--watch/--count go with `aicache cache stats --watch [SECONDS]`")
-        BlockStore.open_existing(args.cache_dir).close()  # refuse what is not a cache
+        _open_store(args.cache_dir).close()  # refuse what is not a cache
         return _watch(args)
     repaired = BlockStore.repair_layout(args.cache_dir) if args.action == "clear" else []
-    store = BlockStore.open_existing(args.cache_dir, recover=args.action != "stats")
+    store = _open_store(args.cache_dir, recover=args.action != "stats")
     try:
         out: dict[str, Any]
         if args.action == "stats":
@@ -139,6 +142,17 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "verify" and not out["clean"]:
         return 1
     return 0
+
+
+def _open_store(path: str, recover: bool = False) -> BlockStore:
+    """The cache at ``path``; a damaged layout (an entry of the wrong type, which only
+    ``clear`` repairs) is the user's to fix: BadInput naming the entry and the fix."""
+    from aicache.datacache.store import BlockStore, CacheDirDamaged
+
+    try:
+        return BlockStore.open_existing(path, recover=recover)
+    except CacheDirDamaged as exc:
+        raise BadInput(f"--cache-dir {path!r} is damaged: {exc.strerror}") from None
 
 
 def check_cache_dir(path: str, clearing: bool = False) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,10 +88,22 @@ def run(args: argparse.Namespace) -> int:
         names = resolve_names(args.names)
         select = parse_select(args.select)
         specs = [RunSpec(n, args.quick, select, args.stored_only) for n in names]
+        check_out_dir(args.out)
         return run_specs(specs, out=args.out, workers=args.workers,
                          ray_address=args.ray_address, as_json=args.json)
     args._experiment_parser.print_help(sys.stderr)
     return 2
+
+
+def check_out_dir(out: Path) -> None:
+    """``--out`` must be (or become) a writable folder before any cell runs."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as exc:
+        raise BadInput(f"--out {str(out)!r} is not a writable folder ({exc.strerror}); give "
+                       "a folder this user can write, e.g. results/") from None
 
 
 def resolve_names(names: Sequence[str]) -> list[str]:

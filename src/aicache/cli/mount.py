@@ -113,15 +113,16 @@ def check_cache_dir(path: str, mode: int = 0o600) -> None:
     check that it takes files, before anything is mounted (a mount whose engine cannot
     start would only fail on its first request)."""
     from aicache.datacache.store import dir_mode
+    from aicache.datacache.trust import check_cache_dir_trust
 
     d = os.path.abspath(path)
     try:
+        check_cache_dir_trust(d, mode)  # before anything (the log) is written there
         if not os.path.lexists(d):
             os.makedirs(d, mode=dir_mode(mode))
             os.chmod(d, dir_mode(mode))  # the umask may have narrowed a shared mode
         probe = os.path.join(d, f".aicache-probe-{os.getpid()}")
-        with open(probe, "wb"):
-            pass
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         os.unlink(probe)
     except OSError as exc:
         raise BadInput(f"--cache-dir {path!r} is not a writable directory ({exc.strerror}); "
@@ -384,7 +385,11 @@ def _log_to(path: str | None, level: str = "info") -> None:
     import logging
 
     try:
-        handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
+        # never through a link (another user's link would aim our lines at a file of theirs)
+        handler: logging.Handler = (
+            logging.StreamHandler(os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                                    | os.O_NOFOLLOW, 0o600), "a", encoding="utf-8"))
+            if path else logging.StreamHandler())
     except OSError as exc:
         raise BadInput(f"--log-file {path!r} cannot be written ({exc.strerror}); give a writable path") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))

@@ -104,7 +104,7 @@ def check_joinable(cache_dir: str, budget: int) -> None:
     store's open would refuse; ``aicache mount`` asks before it detaches, so the error
     reaches the caller's terminal)."""
     try:
-        fd = os.open(os.path.join(cache_dir, "users"), os.O_RDONLY)
+        fd = os.open(os.path.join(cache_dir, "users"), os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return  # no store has opened it yet
     try:

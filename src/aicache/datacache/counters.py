@@ -49,7 +49,8 @@ def stats_dir(cache_dir: str) -> str:
 
 @contextmanager
 def _locked(cache_dir: str, kind: int, mode: int) -> Iterator[None]:
-    fd = os.open(os.path.join(stats_dir(cache_dir), "lock"), os.O_RDWR | os.O_CREAT, mode)
+    fd = os.open(os.path.join(stats_dir(cache_dir), "lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, mode)
     try:
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, mode)
@@ -62,7 +63,7 @@ def _locked(cache_dir: str, kind: int, mode: int) -> Iterator[None]:
 def _load(path: str) -> dict[str, float]:
     """A counter file's values; {} for one that is unreadable or not ours (never raises)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
             raw = json.load(f)
     except (OSError, ValueError):
         return {}
@@ -74,7 +75,7 @@ def _load(path: str) -> dict[str, float]:
 
 def _write(path: str, values: Mapping[str, float], mode: int) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     os.fchmod(fd, mode)  # the cache's mode, whatever the umask
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump({k: values.get(k, 0.0) for k in PERSISTED}, f)

@@ -13,6 +13,9 @@ lists), inserts (→ admission and victims) and blocks the store lost.
 Protocol: a Unix socket at ``CACHE_DIR/policy.sock``; one JSON object per line each way,
 ``{"m": method, "a": [args]}`` → ``{"r": result}`` or ``{"e": message}``. Times are the
 daemon's own clock (clients' clocks are ignored), so every process shares one timeline.
+A client checks every reply's shape and range (a block index that is negative or not the
+one asked for, a wrong type, an unknown admission): a bad reply is counted and treated as
+no answer (the client decides locally, as when the daemon fails), never raised into a read.
 
 Lifetime: the first client that finds no daemon starts one (``python -m
 aicache.datacache.daemon``, its own session, log in ``CACHE_DIR/daemon.log``); an
@@ -39,7 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.driver import (
@@ -60,6 +63,43 @@ SOCK = "policy.sock"
 
 
 Driver = SystemDriver[BlockKey]
+T = TypeVar("T")
+
+
+class BadAnswer(ValueError):
+    """A daemon reply of the wrong shape or out of range (a bug or a hostile process on the
+    socket): the client treats it as no answer."""
+
+
+def _nat(x: Any) -> int:
+    """``x`` if it is a non-negative int (JSON bools are not ints here), else BadAnswer."""
+    if type(x) is not int or x < 0:
+        raise BadAnswer(f"{x!r} is not a non-negative integer")
+    return x
+
+
+def _flag(x: Any) -> bool:
+    if type(x) is not bool:
+        raise BadAnswer(f"{x!r} is not a boolean")
+    return x
+
+
+def _seq(x: Any, n: int | None = None) -> list[Any]:
+    if type(x) is not list or (n is not None and len(x) != n):
+        raise BadAnswer(f"{x!r} is not a list" + ("" if n is None else f" of {n}"))
+    return x
+
+
+def _text(x: Any) -> str:
+    if type(x) is not str:
+        raise BadAnswer(f"{x!r} is not a string")
+    return x
+
+
+def _wire_key(k: Any) -> BlockKey:
+    """A block key from a daemon reply, checked (the store hashes its fields)."""
+    path, version, index = _seq(k, 3)
+    return BlockKey(_text(path), _text(version), _nat(index))
 
 
 def _key(k: Sequence[Any]) -> BlockKey:
@@ -288,6 +328,8 @@ class DaemonPolicy:
         self.timeouts = 0
         self.failures = 0
         self.reconnects = 0
+        #: replies of the wrong shape or range (each treated as no answer)
+        self.bad_answers = 0
         self.waited_s = 0.0  # time readers spent in calls that then failed
         self._name = ""
         self.block_size = block_size
@@ -296,8 +338,10 @@ class DaemonPolicy:
     def attach(self, link: _Link) -> None:
         """Use ``link`` (first connection): learn the daemon's block size and policy name."""
         hello = link.call("hello", [], self.call_timeout_s)
-        self._name = str(hello["policy"])
-        if int(hello["block_size"]) != self.block_size:
+        if type(hello) is not dict:
+            raise BadAnswer(f"bad answer to 'hello': {hello!r}")
+        self._name = _text(hello.get("policy"))
+        if _nat(hello.get("block_size")) != self.block_size:
             link.close()
             raise BadInput(f"the cache daemon of {os.path.dirname(self.path)!r} uses block size "
                            f"{hello['block_size']}, not {self.block_size}; use the same block size "
@@ -428,17 +472,27 @@ class DaemonPolicy:
     def connected(self) -> bool:
         return self._link is not None and self._local is None
 
-    def _rpc(self, m: str, a: list[Any], local: Callable[[Driver], Any]) -> Any:
+    def _rpc(self, m: str, a: list[Any], local: Callable[[Driver], T],
+             parse: Callable[[Any], T]) -> T:
+        """The daemon's answer to ``m`` checked by ``parse`` (which raises on a reply of the
+        wrong shape or range), or ``local``'s when the daemon fails or answers wrongly: a
+        bad answer is counted (``bad_answers``) and treated as none, never raised into a read."""
         lp = self._local
         if lp is not None:
             return local(lp)
         link = self._link
         t0 = time.monotonic()
         try:
-            return self._exchange(link, m, a)
+            raw = self._exchange(link, m, a)
         except (OSError, ValueError, RuntimeError) as exc:  # gone, stopped, garbled, failed inside
             self.waited_s += time.monotonic() - t0
             return local(self._degrade(m, exc, link))
+        try:
+            return parse(raw)
+        except (BadAnswer, ValueError, TypeError, KeyError, IndexError) as exc:
+            with self._state:
+                self.bad_answers += 1
+            return local(self._degrade(m, BadAnswer(f"bad answer to {m!r}: {exc}"), link))
 
     # -- the PolicyPort ---------------------------------------------------------------------
     @property
@@ -446,8 +500,19 @@ class DaemonPolicy:
         return self._name
 
     def register(self, files: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
-        r = self._rpc("register", [[list(f) for f in files]], lambda p: p.register(files))
-        ranges = {k: (int(v[0]), int(v[1])) for k, v in r.items()}
+        def parse(r: Any) -> dict[str, tuple[int, int]]:
+            if type(r) is not dict:
+                raise BadAnswer(f"{r!r} is not a map of ranges")
+            out = {}
+            for path, _size in files:  # every file asked for, each a non-empty range
+                base, n = _seq(r[path], 2)
+                if _nat(n) < 1:
+                    raise BadAnswer(f"empty range for {path!r}")
+                out[path] = (_nat(base), n)
+            return out
+
+        ranges = self._rpc("register", [[list(f) for f in files]], lambda p: p.register(files),
+                           parse)
         self.map.learn(ranges)
         return ranges
 
@@ -458,37 +523,55 @@ class DaemonPolicy:
         loc = self.map.locate(bid)
         if loc is not None or self._local is not None:
             return loc
-        r = self._rpc("locate", [bid], lambda p: p.locate(bid))
-        if r is None:
-            return None
-        return str(r[0]), int(r[1])
+
+        def parse(r: Any) -> tuple[str, int] | None:
+            if r is None:
+                return None
+            path, idx, base = _seq(r, 3)
+            _text(path), _nat(idx), _nat(base)
+            if base + idx != bid:
+                raise BadAnswer(f"block {idx} of {path!r} at {base} is not block {bid}")
+            return path, idx
+
+        return self._rpc("locate", [bid], lambda p: p.locate(bid), parse)
 
     def read(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
              now: float) -> AccessResult:
-        r = self._rpc("read", [unit, bid, _wire(key), size, source.value],
-                      lambda p: p.read(unit, bid, key, size, source, now))
-        if isinstance(r, AccessResult):
-            return r
-        return AccessResult(bool(r[0]), [int(b) for b in r[1]], bool(r[2]))
+        def parse(r: Any) -> AccessResult:
+            hit, prefetch, used = _seq(r, 3)
+            return AccessResult(_flag(hit), [_nat(b) for b in _seq(prefetch)], _flag(used))
+
+        return self._rpc("read", [unit, bid, _wire(key), size, source.value],
+                         lambda p: p.read(unit, bid, key, size, source, now), parse)
 
     def is_resident(self, bid: int) -> bool:
         return self._local.is_resident(bid) if self._local is not None else False
 
     def insert(self, unit: str, bid: int, key: BlockKey, size: int, used: int, now: float,
                prefetched: bool) -> Placement[BlockKey]:
-        r = self._rpc("insert", [unit, bid, _wire(key), size, used, prefetched],
-                      lambda p: p.insert(unit, bid, key, size, used, now, prefetched))
-        if isinstance(r, Placement):
-            return r
-        return Placement(Admission(r[0]), [Victim(int(b), _key(k), bool(w)) for b, k, w in r[1]])
+        def parse(r: Any) -> Placement[BlockKey]:
+            adm, victims = _seq(r, 2)
+            out = []
+            for v in _seq(victims):
+                b, k, w = _seq(v, 3)
+                out.append(Victim(_nat(b), _wire_key(k), _flag(w)))
+            return Placement(Admission(_text(adm)), out)
+
+        return self._rpc("insert", [unit, bid, _wire(key), size, used, prefetched],
+                         lambda p: p.insert(unit, bid, key, size, used, now, prefetched), parse)
 
     def forget(self, bid: int, key: BlockKey) -> None:
-        self._rpc("forget", [bid, _wire(key)], lambda p: p.forget(bid, key))
+        self._rpc("forget", [bid, _wire(key)], lambda p: p.forget(bid, key), lambda r: None)
 
     def stats(self) -> dict[str, object]:
-        s: dict[str, object] = dict(self._rpc("stats", [], lambda p: p.stats()))
+        def parse(r: Any) -> dict[str, object]:
+            if type(r) is not dict:
+                raise BadAnswer(f"{r!r} is not a map of statistics")
+            return dict(r)
+
+        s: dict[str, object] = dict(self._rpc("stats", [], lambda p: p.stats(), parse))
         s["daemon_timeouts"], s["daemon_failures"] = self.timeouts, self.failures
-        s["daemon_reconnects"] = self.reconnects
+        s["daemon_reconnects"], s["daemon_bad_answers"] = self.reconnects, self.bad_answers
         return s
 
     def close(self) -> None:
@@ -512,12 +595,14 @@ def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str, 
            "--seed", str(seed)]
     if isinstance(advisor, str):
         cmd += ["--advisor", advisor]
-    logf = open(os.path.join(cache_dir, "daemon.log"), "ab")  # noqa: SIM115 - the child owns it
+    # never through a link: another user's link would aim our log lines at a file of theirs
+    logf = os.open(os.path.join(cache_dir, "daemon.log"),
+                   os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, _socket_mode(cache_dir))
     try:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                                 start_new_session=True, close_fds=True)
     finally:
-        logf.close()
+        os.close(logf)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -535,7 +620,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.makedirs(args.cache_dir, exist_ok=True)
-    lock = os.open(os.path.join(args.cache_dir, "daemon.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(os.path.join(args.cache_dir, "daemon.lock"),
+                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -36,12 +36,18 @@ How, and what it costs:
 * **RSS.** Mapped pages count in the process's resident set as shown by ``ps``/``top``:
   they are the page cache's (shared, file-backed), the same pages a ``pread`` copies from,
   not memory the process owns.
-* **A file truncated under a mapping** makes a copy from its lost pages fault (SIGBUS).
-  aicache never truncates or writes a block file in place (blocks are written to a temp
-  file and renamed over nothing; eviction unlinks, which keeps mapped pages valid); the
-  ``stat`` check refuses any file that changed size before the copy starts, so only an
-  outside writer truncating a block file during a copy could hit it — out of contract,
-  like truncating a file another process has mapped. ``mmap_bytes=0`` turns mapping off.
+* **Never maps what another process may truncate.** A copy from pages a truncation
+  removed faults (SIGBUS), which kills the reader: Python cannot resume after it, and a
+  kernel copy that fails cleanly instead (``process_vm_readv``) is slower than ``pread``.
+  So only a block file that no process but root can truncate is mapped: one this user
+  owns that has no write bit (the store writes block files read-only, ``0o400``/``0o440``:
+  they are never written in place — written to a temp file, renamed over nothing, evicted
+  by ``unlink``, which keeps mapped pages valid — so ``truncate`` by any other process of
+  this user, or of a shared cache's group, fails with EACCES). A block file of another
+  user (a shared cache's member wrote it), or one with a write bit (an earlier release's),
+  is read with ``pread``: a truncation then is a short read, a miss. Only root, or this
+  user after a deliberate ``chmod``, can still truncate a mapped block; ``mmap_bytes=0``
+  turns mapping off.
 """
 
 from __future__ import annotations
@@ -184,6 +190,12 @@ class MappedBlocks:
         length = pos + n
         if not self.max_bytes or n <= 0 or length > self.max_bytes:
             return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        if st.st_uid != os.geteuid() or st.st_mode & 0o222:
+            return None  # another process could truncate it under the mapping: never map
         with self._lock:
             if self._closed or path in self._maps:
                 return None

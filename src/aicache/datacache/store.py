@@ -15,9 +15,13 @@ Layout of ``cache_dir``::
     blocks/ab/<key>.blk   one file per block: a 72-byte header + the block's bytes
     tmp/           blocks being written (``<pid>-<n>.tmp``), renamed into ``blocks/``
 
-Every entry is owner-only by default (directories 0700, files 0600: cached copies of
-private objects, and the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
+Every entry is owner-only by default (directories 0700, files 0600, block files 0400 —
+read-only, see :mod:`aicache.datacache.mapped` —: cached copies of private objects, and
+the index lists their remote paths); ``cache_mode`` (e.g. ``0o640``)
 makes a deliberately shared cache, directories getting ``x`` wherever the mode has ``r``.
+A directory, or an entry of it, that another user could have written (not theirs, or
+writable by others, or a link) is refused at open (:mod:`aicache.datacache.trust`), and
+every cache file is opened with ``O_NOFOLLOW``.
 
 Decisions:
 
@@ -123,6 +127,7 @@ from aicache.datacache.budget import (DEFAULT_FREE_SPACE_RATIO, check_free_space
                                       disk_capped, join_users, settle_budget)
 from aicache.datacache.counters import pid_alive
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
+from aicache.datacache.trust import check_cache_dir_trust
 
 log = logging.getLogger(__name__)
 
@@ -198,17 +203,19 @@ def dir_mode(file_mode: int) -> int:
 
 def check_cache_mode(mode: int | str) -> int:
     """``cache_mode`` as an int (``0o600``, ``"0640"``, ``"640"``); BadInput unless the
-    owner may read and write and no bit beyond ``0o666`` is set."""
+    owner may read and write, no bit beyond ``0o666`` is set and other users get nothing
+    (a world-writable cache lets any user rewrite what every reader is served; a shared
+    cache is a group's, :mod:`aicache.datacache.trust`)."""
     from aicache.errors import BadInput
 
     try:
         m = int(mode, 8) if isinstance(mode, str) else int(mode)
     except ValueError:
         m = -1
-    if m < 0 or m & ~0o666 or m & 0o600 != 0o600:
+    if m < 0 or m & ~0o666 or m & 0o600 != 0o600 or m & 0o007:
         raise BadInput(f"cache mode {mode!r} is not an octal file mode the owner can read and "
-                       "write (no x bits); give e.g. 0600 (private, the default) or 0640 "
-                       "(shared with the group)")
+                       "write, with no x bits and nothing for other users; give e.g. 0600 "
+                       "(private, the default) or 0640 / 0660 (shared with the group)")
     return m
 
 
@@ -224,9 +231,9 @@ class BlockKey:
         """The file name of this block in a store of ``block_size`` blocks (the block size
         is part of the name: block ``i`` of 1 MiB blocks is not block ``i`` of 4 MiB)."""
         h = hashlib.blake2b(digest_size=16, key=block_size.to_bytes(8, "little"))
-        h.update(self.path.encode())
+        h.update(_raw(self.path))
         h.update(b"\0")
-        h.update(self.version.encode())
+        h.update(_raw(self.version))
         h.update(b"\0")
         h.update(str(self.index).encode())
         return h.hexdigest()
@@ -237,8 +244,27 @@ class BlockKey:
                            _hash8(self.path), _hash8(self.version))
 
 
+def _raw(s: str) -> bytes:
+    """``s``'s bytes: UTF-8, and a file name that is not UTF-8 (decoded by Python with
+    ``surrogateescape``, as ``os.fsdecode`` does) as the bytes it was made of."""
+    return s.encode("utf-8", "surrogateescape")
+
+
+def _to_db(s: str) -> str | bytes:
+    """``s`` for the index: text, or (a name that is not UTF-8) its raw bytes as a blob."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return _raw(s)
+    return s
+
+
+def _from_db(v: str | bytes) -> str:
+    return v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+
+
 def _hash8(s: str) -> bytes:
-    return hashlib.blake2b(s.encode(), digest_size=8).digest()
+    return hashlib.blake2b(_raw(s), digest_size=8).digest()
 
 
 @dataclass(slots=True)
@@ -282,6 +308,9 @@ CREATE TABLE IF NOT EXISTS reserved (tmp TEXT PRIMARY KEY, size INTEGER NOT NULL
 #: the index's WAL: checkpointed every this many pages, and cut back to this size after
 _WAL_PAGES = 16
 _WAL_LIMIT = 64 * 1024
+#: the columns of each table of :data:`_SCHEMA`, in order
+_COLUMNS = {"blocks": ("key", "path", "version", "idx", "size", "seq"), "meta": ("k", "v"),
+            "reserved": ("tmp", "size")}
 _USED = ("SELECT (SELECT COALESCE(SUM(size), 0) FROM blocks)"
          " + (SELECT COALESCE(SUM(size), 0) FROM reserved)")
 
@@ -345,6 +374,7 @@ class BlockStore:
             raise
 
     def _open(self, recover: bool) -> None:
+        check_cache_dir_trust(self.cache_dir, self.file_mode)
         created = not os.path.lexists(self.cache_dir)
         os.makedirs(self.cache_dir, mode=self.dir_mode, exist_ok=True)
         index = os.path.join(self.cache_dir, "index.sqlite")
@@ -419,10 +449,15 @@ class BlockStore:
         # and keeps that size): the directory should stay near its budget
         db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
         db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT}")
-        db.executescript(_SCHEMA)
         ok = db.execute("PRAGMA quick_check(1)").fetchone()
         if ok is None or ok[0] != "ok":
             raise sqlite3.DatabaseError(f"quick_check: {ok[0] if ok else 'no answer'}")
+        for table, want in _COLUMNS.items():  # a table of another layout (which CREATE …
+            # IF NOT EXISTS would keep) fails every write: the index is damaged, rebuilt
+            have = tuple(r[1] for r in db.execute(f"PRAGMA table_info({table})"))
+            if have and have != want:
+                raise sqlite3.DatabaseError(f"table {table} has columns {have}, not {want}")
+        db.executescript(_SCHEMA)
         return dict(db.execute("SELECT k, v FROM meta").fetchall())
 
     def _make_dir(self, d: str) -> None:
@@ -533,7 +568,7 @@ class BlockStore:
             if data is not None:
                 return data
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError as exc:  # a miss; ``blocks/ab`` a file or a link loop is also removed
@@ -646,7 +681,7 @@ class BlockStore:
         if seen is None or self.verify_mode == "full":
             return None
         try:
-            fd = os.open(self.block_path(key), os.O_RDONLY)
+            fd = os.open(self.block_path(key), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return None
         try:
@@ -761,7 +796,7 @@ class BlockStore:
                     self._sql.execute(
                         "INSERT INTO blocks(key, path, version, idx, size, seq) VALUES(?,?,?,?,?,"
                         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks))",
-                        (digest, key.path, key.version, key.index, size))
+                        (digest, _to_db(key.path), _to_db(key.version), key.index, size))
                     self._rename_in(tmp, path)
                     tmp = ""
                     self._sql.execute("COMMIT")
@@ -809,10 +844,13 @@ class BlockStore:
 
     def _write_tmp(self, tmp: str, header: bytes, data: bytes) -> None:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode)
+            # read-only: a block file is never written in place, and nobody but root can
+            # truncate it under a reader's mapping (aicache.datacache.mapped)
+            mode = self.file_mode & 0o444
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
             try:
                 if self.file_mode != DEFAULT_CACHE_MODE:  # the umask may have narrowed it
-                    os.fchmod(fd, self.file_mode)
+                    os.fchmod(fd, mode)
                 _write_all(fd, header)
                 _write_all(fd, data)
                 if self.verify_mode == "none":  # nothing else would catch a power loss's torn block
@@ -909,7 +947,7 @@ class BlockStore:
         """Read and check one block file: ``_OK``, ``_CORRUPT`` or ``_MISPLACED`` (its
         header names another file, or, given the index row's ``key``, another block);
         raises FileNotFoundError when it is gone."""
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_no_follow) as f:
             head = f.read(HEADER_SIZE)
             data = f.read()
         if len(head) < _IDENT_AT or head[:4] != MAGIC:
@@ -945,7 +983,7 @@ class BlockStore:
                 _remove_any(path)
                 dropped += 1
                 continue
-            with open(path, "rb") as f:
+            with open(path, "rb", opener=_no_follow) as f:
                 idx = _IDENT.unpack_from(f.read(HEADER_SIZE), _IDENT_AT)[1]
             found.append((st.st_mtime_ns, digest, idx, st.st_size, path))
         found.sort()
@@ -987,7 +1025,8 @@ class BlockStore:
         for digest, path_, version, idx in rows:
             path = os.path.join(self._blocks_dir, digest[:2], digest + ".blk")
             try:
-                fault = self._check_file(digest, path, BlockKey(path_, version, idx))
+                fault = self._check_file(digest, path,
+                                         BlockKey(_from_db(path_), _from_db(version), idx))
             except FileNotFoundError:
                 missing += 1
                 bad_keys.append(digest)
@@ -1031,7 +1070,7 @@ class BlockStore:
     def keys(self) -> list[BlockKey]:
         """The stored blocks' keys, oldest first (a block kept by an index rebuild has an
         empty path and version: its header holds only their hashes)."""
-        return [BlockKey(p, v, i) for p, v, i in
+        return [BlockKey(_from_db(p), _from_db(v), i) for p, v, i in
                 self._sql.execute("SELECT path, version, idx FROM blocks ORDER BY seq")]
 
     @property
@@ -1188,8 +1227,9 @@ def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
 
 
 def _open_file(path: str, flags: int, mode: int) -> int:
-    """Open (creating with ``mode``) a cache file; give it ``mode`` if this user owns it."""
-    fd = os.open(path, flags | os.O_CREAT, mode)
+    """Open (creating with ``mode``) a cache file, never through a link; give it ``mode``
+    if this user owns it."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, mode)
     try:
         st = os.fstat(fd)
         if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
@@ -1198,6 +1238,11 @@ def _open_file(path: str, flags: int, mode: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """An ``open`` opener that refuses a symbolic link (ELOOP) instead of following it."""
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _remove_any(path: str) -> None:

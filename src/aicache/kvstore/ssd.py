@@ -29,8 +29,12 @@ a restart.
 Open. The directory is locked (one owner process) and every failure of the open releases
 the lock. ``meta.json`` holds the geometry; a damaged one is a :class:`BadInput` naming the
 file and the fix. The SSD budget is checked against the filesystem's free space at every
-open: slab files still to be created (they are created lazily) must fit, or the open fails
-with a one-line :class:`BadInput` naming the budget and the free space. A slab whose
+open: slab files still to be created (they are created lazily) must fit. A first open
+(no slab yet) whose budget does not fit fails with a one-line :class:`BadInput` naming the
+budget and the free space; a reopen of a store that holds slabs (a disk another writer
+filled since) is not refused — its blocks are intact and worth serving — but opens with
+the budget capped to its slabs plus the free space (a warning names both), dropping only
+slots past the cap. A slab whose
 allocation fails later (another writer filled the disk) is removed again, so no partial slab
 is left behind; the store stops SSD admissions instead.
 
@@ -57,6 +61,7 @@ import os
 import struct
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -398,11 +403,21 @@ class SlabStore:
         need = self.n_slots * self.slot_disk_bytes - held
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
-        if need > free:
-            raise BadInput(f"SSD budget of {self.budget_bytes} B ({self.budget_bytes / 2**20:.1f} "
-                           f"MiB) does not fit on {self.dir}: {free} B ({free / 2**20:.1f} MiB) "
-                           f"free, {need} B more needed; lower the SSD budget to at most "
-                           f"{held + free} B or free disk space")
+        if need <= free:
+            return
+        if held:  # a reopen: serve what the slabs hold, within what the disk can give
+            fits = (held + free) // self.slot_disk_bytes
+            warnings.warn(f"SSD budget of {self.budget_bytes} B does not fit on {self.dir} "
+                          f"any more ({free} B free); reopened with {fits} of {self.n_slots} "
+                          f"slots ({fits * self.slot_disk_bytes} B) until space is freed",
+                          stacklevel=3)
+            self.n_slots = fits
+            self._fit_budget()
+            return
+        raise BadInput(f"SSD budget of {self.budget_bytes} B ({self.budget_bytes / 2**20:.1f} "
+                       f"MiB) does not fit on {self.dir}: {free} B ({free / 2**20:.1f} MiB) "
+                       f"free, {need} B more needed; lower the SSD budget to at most "
+                       f"{held + free} B or free disk space")
 
     def _slab_path(self, i: int) -> Path:
         return self.dir / f"slab-{i:05d}.bin"

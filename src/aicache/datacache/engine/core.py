@@ -24,7 +24,9 @@ Threads and guarantees:
   block file, see :mod:`aicache.datacache.store`).
 * Misses and prefetches are *single-flight*: one fetch per block; a demand read of a block
   being prefetched waits for that fetch (or, if the prefetch has not started yet, takes it
-  over) instead of fetching twice.
+  over) instead of fetching twice. A flight always resolves (whatever fails between its
+  registration and its fetch fails it), and a wait on one is bounded
+  (:meth:`EngineParams.flight_wait_bound`): past it the reader fetches the block itself.
 * Write-behind: a fetched block goes to its reader (and every reader waiting on its
   fetch) first; one writer thread then stores it, and until it is stored its flight
   stays in the in-flight table, so a reader of it meanwhile gets the bytes from there
@@ -65,7 +67,7 @@ from aicache.datacache.engine.blockmap import BlockMapping, FileBlocks
 from aicache.datacache.engine.fetch import Fetcher, _Flight
 from aicache.datacache.engine.meta import FileMeta, MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
-from aicache.datacache.engine.remote import RemoteClient
+from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -276,7 +278,13 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
 
     def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey) -> bytes:
         """A demand read of a block the store does not hold: wait on its fetch in flight
-        or fetch it (single-flight), then tell the system."""
+        or fetch it (single-flight), then tell the system.
+
+        Invariants: a flight this read registered is always resolved (whatever raises
+        before its fetch, the flight is failed and removed, so no later reader waits on
+        it), and a wait on another reader's flight is bounded
+        (:meth:`EngineParams.flight_wait_bound`): past it this reader fetches the block
+        itself, uncached (the flight's owner still stores it)."""
         bid = fb.base + idx
         unit = fb.unit
         with self._lock:
@@ -287,26 +295,35 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 leader = True
             else:
                 leader = flight.claim()  # a queued prefetch not started yet: take it over
-        data: bytes | None = None
-        if not leader:
-            try:
-                data = flight.future.result()
-            except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
-                data = None
-        now = self._now()
-        size = len(data) if data is not None else min(self.block_size, meta.size - idx * self.block_size)
-        source = Source.FLIGHT if data is not None else Source.REMOTE
         try:
-            acc = self.policy.read(unit, bid, key, size, source, now)
-        except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
-            self._policy_error(exc)
-            acc = AccessResult(data is not None, (), False)
-        if acc.prefetch_used:
-            self.metrics.prefetch_used.inc()
-        if self._record is not None:
-            self._record(now, unit, bid, size)
-        if acc.prefetch:  # before our own fetch, so that both go to the remote together
-            self._schedule(acc.prefetch)
+            data: bytes | None = None
+            stuck = False
+            if not leader:
+                try:
+                    data = flight.future.result(timeout=self.params.flight_wait_bound())
+                except cf.TimeoutError:
+                    stuck = True
+                except Exception:  # noqa: BLE001 - the prefetch failed; fetch on demand
+                    data = None
+            now = self._now()
+            size = (len(data) if data is not None
+                    else min(self.block_size, meta.size - idx * self.block_size))
+            source = Source.FLIGHT if data is not None else Source.REMOTE
+            try:
+                acc = self.policy.read(unit, bid, key, size, source, now)
+            except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
+                self._policy_error(exc)
+                acc = AccessResult(data is not None, (), False)
+            if acc.prefetch_used:
+                self.metrics.prefetch_used.inc()
+            if self._record is not None:
+                self._record(now, unit, bid, size)
+            if acc.prefetch:  # before our own fetch, so that both go to the remote together
+                self._prefetch(acc.prefetch)
+        except BaseException as exc:
+            if leader:
+                self._abandon(key, flight, exc)
+            raise
         if data is not None:
             if acc.hit:
                 self.metrics.reads.count_hit(len(data))
@@ -314,11 +331,30 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 self.metrics.misses.inc()
             return data
         self.metrics.misses.inc()
+        if stuck:  # the flight's owner is stuck (a hung disk or remote): do not wait on it
+            log.debug("fetch of %s in flight past its bound; reading it uncached", key)
+            return self._fetch(meta, idx)
         if not leader:  # the prefetch we waited on failed: fetch it ourselves
             with self._lock:
                 flight = _Flight(0, claimed=True)
                 self._inflight[key] = flight
         return self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
+
+    def _abandon(self, key: BlockKey, flight: _Flight, exc: BaseException) -> None:
+        """Fail a flight this reader registered and will not fetch (its waiters fetch)."""
+        if not flight.future.done():
+            flight.future.set_exception(RemoteReadError(5, f"read of {key.path} failed: {exc}"))
+        with self._lock:
+            if self._inflight.get(key) is flight:
+                del self._inflight[key]
+
+    def _prefetch(self, blocks: Sequence[int]) -> None:
+        """Schedule the prefetches the system asked for; a failure (a bad block id from the
+        policy, say) is the policy's: counted, never raised into the read that asked."""
+        try:
+            self._schedule(blocks)
+        except Exception as exc:  # noqa: BLE001 - a prefetch is advice
+            self._policy_error(exc)
 
     def claim_range_hit(self, meta: FileMeta, idx: int) -> BlockKey | None:
         """Account a demand read of block ``idx`` *before* reading it, when the store
@@ -352,7 +388,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         if self._record is not None:
             self._record(now, unit, bid, size)
         if acc.prefetch:
-            self._schedule(acc.prefetch)
+            self._prefetch(acc.prefetch)
 
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool,
                 flight: _Flight | None = None) -> bool:

@@ -12,6 +12,9 @@ from aicache.datacache.store import DEFAULT_CACHE_MODE
 from aicache.errors import BadInput
 
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+#: what a remote request without ``request_timeout_s`` is assumed to take at most, for the
+#: bound on waiting for another reader's fetch (:meth:`EngineParams.flight_wait_bound`)
+UNTIMED_REQUEST_S = 30.0
 
 
 @dataclass(slots=True)
@@ -59,6 +62,20 @@ class EngineParams:
     #: bytes of fetched blocks that may wait for the writer; past it readers store their
     #: own blocks (back-pressure instead of unbounded memory)
     max_write_behind_bytes: int = 256 * 1024 * 1024
+    #: longest wait of a reader on another reader's fetch of the same block; None: derived
+    #: from ``request_timeout_s``, ``retries`` and ``backoff_s`` (:meth:`flight_wait_bound`)
+    flight_wait_s: float | None = None
+
+    def flight_wait_bound(self) -> float:
+        """How long a reader waits on a fetch in flight before fetching itself: twice what
+        the fetch may take by the retry rules (every attempt timing out, every backoff
+        slept); without a request timeout each attempt is taken as
+        :data:`UNTIMED_REQUEST_S`."""
+        if self.flight_wait_s is not None:
+            return self.flight_wait_s
+        per = self.request_timeout_s or UNTIMED_REQUEST_S
+        backoff = sum(self.backoff_s * float(2 ** a) for a in range(self.retries))
+        return 2.0 * ((self.retries + 1) * per + backoff)
 
 
 class DaemonMode(Enum):

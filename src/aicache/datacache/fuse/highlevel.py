@@ -49,6 +49,15 @@ if FUSE is not None:
             keep_thread_state()
             return super()._wrapper(func, *args, **kwargs)
 
+        def open(self, path: bytes, fip: Any) -> int:
+            """The binding's open, with the page-cache flags the operations chose for this
+            handle (one version per handle: see :mod:`.ops`)."""
+            n: int = super().open(path, fip)
+            use = self.operations.cache_use(fip.contents.fh)
+            fip.contents.direct_io = 1 if use.direct_io else 0
+            fip.contents.keep_cache = 1 if use.keep_cache else 0
+            return n
+
         def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
             ops = self.operations
             into = getattr(ops, "read_into", None)
@@ -72,11 +81,11 @@ def serve(ops: CacheFuse, mountpoint: str, *, foreground: bool = True,
     kernel's attribute and entry cache timeout; ``max_read``: the read request cap (the
     splice size, 0: the kernel's)."""
     assert _ZeroCopyFUSE is not None, "fuse_available() is checked before mounting"
-    opts: dict[str, Any] = {"kernel_cache": True} if kernel_cache else {}
+    # kernel_cache and direct_io are chosen per open by the operations (libfuse's options
+    # of those names would force them on every open: see .ops)
+    opts: dict[str, Any] = {}
     if allow_other:  # else the kernel lets only the mounting user in
         opts["allow_other"] = True
-    if direct_io:
-        opts["direct_io"] = True
     if max_read:
         opts["max_read"] = max_read
     opts.update(attr_timeout=timeout_s, entry_timeout=timeout_s, negative_timeout=0)

@@ -227,8 +227,9 @@ class LowLevelSession:
         fh = self.ops.open(path, flags)
         fi = FileInfo()
         fi.flags, fi.fh = flags, fh
-        fi.keep_cache = 1 if self.kernel_cache else 0
-        fi.direct_io = 1 if self.direct_io else 0
+        use = self.ops.cache_use(fh)  # one version per handle: see .ops
+        fi.keep_cache = 1 if use.keep_cache else 0
+        fi.direct_io = 1 if use.direct_io else 0
         if self._lib.fuse_reply_open(req, ctypes.byref(fi)) == -errno.ENOENT:
             self.ops.release(None, fh)  # interrupted: no release will come for it
 
@@ -278,7 +279,7 @@ class LowLevelSession:
             entries = []
             for name in self.ops.readdir(path, fh):
                 if name in (".", ".."):
-                    entries.append((name.encode(), stat.S_IFDIR))
+                    entries.append((name.encode("ascii"), stat.S_IFDIR))
                     continue
                 st = self.ops.cached_attr(f"{base}/{name}")
                 mode = st["st_mode"] if st else stat.S_IFREG

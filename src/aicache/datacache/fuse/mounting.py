@@ -87,7 +87,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     # the kernel's attribute/entry caches must not outlive the metadata TTL
     kernel_ttl = min(DEFAULT_TIMEOUT_S, p.metadata_ttl_s)
     ops = CacheFuse(factory, root, on_init=on_init, mountpoint=os.path.realpath(mountpoint),
-                    readahead_kb=readahead_kb, splice_bytes=splice_bytes, uid=uid, gid=gid)
+                    readahead_kb=readahead_kb, splice_bytes=splice_bytes, uid=uid, gid=gid,
+                    kernel_cache=kernel_cache, direct_io=direct_io)
     if ops.splice_bytes:
         log.info("replies spliced from block files; read requests up to %d KiB",
                  ops.splice_bytes // 1024)

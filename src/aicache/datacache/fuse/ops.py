@@ -19,6 +19,15 @@ CacheEngine.ls`): no answer is older than ``metadata_ttl_s``, and the remote is 
 the engine's retries and timeout. An open handle reads the version it opened: its range
 reads are pinned to that version (:mod:`aicache.datacache.version`), and once the remote
 no longer holds it a read fails with ESTALE, never with bytes of another version.
+
+The kernel's page cache is per inode, not per open file, and a file keeps its inode when
+its remote object is replaced: pages one open file read would be served to another that
+opened another version. So each open is told how to use the page cache
+(:class:`PageCacheUse`, the FOPEN_DIRECT_IO / FOPEN_KEEP_CACHE flags of its open reply):
+while a handle of another version of the file is open, a new open bypasses the page
+cache (direct I/O), so its version's pages never land where the older handle reads; else
+it uses the page cache, keeping the pages already there (``kernel_cache``) only if they
+are of its own version. Every handle therefore reads one version: its own (or ESTALE).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, RemoteReadError
@@ -45,6 +55,16 @@ from aicache.datacache.version import VersionGone
 log = logging.getLogger("aicache.fuse")
 
 
+@dataclass(frozen=True, slots=True)
+class PageCacheUse:
+    """How one open file uses its inode's page cache (see the module docstring)."""
+
+    #: bypass the page cache: reads go to this handle, replies straight to the reader
+    direct_io: bool
+    #: keep the pages already cached for the inode (else the open drops them)
+    keep_cache: bool
+
+
 class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations is Any
     """mfusepy operations: getattr, readdir, open, read, release, statfs (read-only)."""
 
@@ -53,8 +73,18 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
     def __init__(self, engine_factory: Callable[[], CacheEngine], root: str, *,
                  on_init: Callable[[CacheEngine], None] | None = None,
                  mountpoint: str | None = None, readahead_kb: int = 0,
-                 splice_bytes: int = 0, uid: int | None = None, gid: int | None = None) -> None:
+                 splice_bytes: int = 0, uid: int | None = None, gid: int | None = None,
+                 kernel_cache: bool = False, direct_io: bool = False) -> None:
         self._factory = engine_factory
+        #: the mount's page-cache options: keep pages across opens / never use them
+        self.kernel_cache = kernel_cache
+        self.direct_io = direct_io
+        #: remote path -> version -> open handles of it
+        self._open_versions: dict[str, dict[str, int]] = {}
+        #: remote path -> the version whose pages the kernel may hold for its inode
+        self._page_version: dict[str, str] = {}
+        #: open handle -> how it uses the page cache (read by the drivers' open replies)
+        self._use: dict[int, PageCacheUse] = {}
         #: the owner of every file and directory in the mount (default: the mounting user)
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
@@ -215,11 +245,30 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         info = self.engine.cached_info(self._remote_path(path))
         if info is not None and int(info.get("size") or 0) != meta.size:
             self.engine.forget_info(self._remote_path(path))  # they predate this version
+        rp, v = meta.path, meta.version
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
             self._handles[fh] = Handle(meta)
+            versions = self._open_versions.setdefault(rp, {})
+            others = any(n for ver, n in versions.items() if ver != v)
+            versions[v] = versions.get(v, 0) + 1
+            if others:  # another version is open: stay out of the pages it reads
+                use = PageCacheUse(direct_io=True, keep_cache=True)
+            elif self.direct_io:
+                use = PageCacheUse(direct_io=True, keep_cache=False)
+            else:
+                use = PageCacheUse(direct_io=False, keep_cache=self.kernel_cache
+                                   and self._page_version.get(rp) == v)
+                self._page_version[rp] = v
+            self._use[fh] = use
         return fh
+
+    def cache_use(self, fh: int) -> PageCacheUse:
+        """How the open file ``fh`` (just opened) uses the page cache: the flags of its
+        open reply."""
+        use = self._use.get(fh)
+        return use if use is not None else PageCacheUse(self.direct_io, False)
 
     def _piece(self, fh: int, offset: int, size: int) -> tuple[Handle, CacheEngine, int, int]:
         """The handle and engine of ``fh`` and the clipped request ``[offset, end)``."""
@@ -320,7 +369,17 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
 
     def release(self, path: str | None, fh: int) -> int:
         with self._lock:
-            self._handles.pop(fh, None)
+            h = self._handles.pop(fh, None)
+            self._use.pop(fh, None)
+            if h is not None:
+                versions = self._open_versions.get(h.meta.path, {})
+                n = versions.get(h.meta.version, 0) - 1
+                if n > 0:
+                    versions[h.meta.version] = n
+                else:
+                    versions.pop(h.meta.version, None)
+                    if not versions:
+                        self._open_versions.pop(h.meta.path, None)
         return 0
 
     def statfs(self, path: str) -> dict[str, Any]:
