@@ -34,8 +34,11 @@ over budget and is never the best peer. Then, per job and budget, the best real 
 over aicache default's (> 1: aicache is faster) and aicache default's GETs and bytes over
 aicache lru's. ``--json`` prints all of it.
 
-``--record-dir DIR`` records every job through aicache default's mount as a block-csv trace
-(``DIR/<job>-<budget>.csv``, the format of ``aicache record``) for the simulator.
+``--record-dir DIR`` records every job through the ``aicache-chiron`` mount (aicache's default
+policy, named) as a block-csv trace (``DIR/<job>-<budget>.csv``, the format of ``aicache
+record``) for the simulator. Recording turns that mount's kernel page cache off, so the trace
+holds every read the job made (a re-read the kernel serves would not reach the cache); the
+``aicache`` default mount is left as a user runs it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ MiB = 1024 * 1024
 BUDGET_SLACK = 0.01
 #: aicache default, and the systems that are real peers (not aicache)
 DEFAULT = "aicache"
+#: the system whose mount records each job's trace (--record-dir): the default policy named
+RECORDED = "aicache-chiron"
 PEERS = ("juicefs", "rclone", "s3fs-fuse", "simplecache", "blockcache")
 
 
@@ -469,9 +474,9 @@ def all_systems() -> dict[str, System]:
     systems: list[System] = [
         AicacheMount(DEFAULT, None), AicacheMount("aicache-chiron", "chiron"),
         AicacheMount("aicache-lru", "lru"), FsspecSystem("aicache-fsspec", "aicache", peer=False),
-        # default flags plus --kernel-cache: file pages kept in the kernel across opens, as
-        # JuiceFS does by default (outside every system's disk budget); not in the default set
-        AicacheMount("aicache-kcache", None, ("--kernel-cache",)),
+        # default flags but no kernel page cache (the default keeps file pages across opens,
+        # as JuiceFS does, outside every system's disk budget); not in the default set
+        AicacheMount("aicache-nokcache", None, ("--no-kernel-cache",)),
         JuiceFS(), Rclone(), S3fsFuse(),
         FsspecSystem("simplecache", "simplecache", peer=True, uncapped="fsspec's disk caches have no size cap"),
         FsspecSystem("blockcache", "blockcache", peer=True, uncapped="fsspec's disk caches have no size cap"),
@@ -630,7 +635,7 @@ def run_one(env: Env, sysm: System, job: JobSpec, share: float, threads: int, se
     phases = job.phases(env.ds, env.scale, random.Random(seed))
     cache_dir = tempfile.mkdtemp(prefix=f"cache-{sysm.name}-", dir=env.work)
     record = None
-    if record_dir is not None and sysm.name == DEFAULT:
+    if record_dir is not None and sysm.name == RECORDED:
         record = os.path.join(os.path.abspath(record_dir), f"{job.name}-{res.budget}.csv")
     before = env.s3.counts().total()
     sampler: PeakSampler | None = None
@@ -823,14 +828,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a 1-3 minute smoke run (jobs A, B, C)")
     ap.add_argument("--scale", type=float, default=1.0, help="dataset size factor (default 1)")
     ap.add_argument("--systems", default=None,
-                    help=f"comma list of {', '.join(all_systems())} (default: all but aicache-kcache)")
+                    help=f"comma list of {', '.join(all_systems())} (default: all but aicache-nokcache)")
     ap.add_argument("--jobs", default=None, help="comma list of A,B,C,D,E (default all; --quick: A,B,C)")
     ap.add_argument("--budgets", default=None,
                     help="per job, shares of its files' bytes: 'A=0.67,0.33;C=0.1,0.25' (defaults per job)")
     ap.add_argument("--latency-ms", type=float, default=10.0, help="one-way delay per request (default 10)")
     ap.add_argument("--threads", type=int, default=4, help="reader threads (default 4)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--record-dir", default=None, help="write aicache default's block trace per job here")
+    ap.add_argument("--record-dir", default=None,
+                    help=f"write each job's block trace here (recorded through {RECORDED})")
     ap.add_argument("--run-timeout", type=float, default=600.0, help="seconds per phase before it fails")
     ap.add_argument("--no-namespace", action="store_true", help="run on the host's loopback")
     ap.add_argument("--json", action="store_true")
