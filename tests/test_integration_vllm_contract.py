@@ -285,7 +285,7 @@ def test_partial_load_reports_each_chunk_and_never_wrong_bytes(tmp_path):
 
 def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
     """``admission`` names a registered policy: ``oracle`` writes exactly the chunks in its
-    key file at their first offer; a policy added to ``CHUNK_ADMISSIONS`` is built from the
+    key file at their first offer; a policy added to ``SSD_ADMISSIONS`` is built from the
     tier's ``admission_args`` and sees each offer's counted evidence; an unknown name is a
     one-line error naming the choices."""
     from aicache.errors import BadInput
@@ -320,8 +320,10 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
         def referenced(self, sk, ev, now) -> None:
             refs.append(ev.R)
 
-    monkeypatch.setitem(chunk_tier.CHUNK_ADMISSIONS, "second-offer",
-                        lambda prewrite, args: SecondOffer(int(args["at"])))
+    from aicache.kv.admissions import SSD_ADMISSIONS, AdmissionEntry
+
+    monkeypatch.setitem(SSD_ADMISSIONS._entries, "second-offer", AdmissionEntry(
+        None, lambda prewrite, args: SecondOffer(int(str(args["at"])))))
     h = Host(4, saria(tmp_path / "c", admission="second-offer", admission_args={"at": 1}))
     a = keys(0, 4)
     flush(h, 0, 4, data)

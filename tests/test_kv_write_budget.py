@@ -117,3 +117,32 @@ def test_budgeted_without_a_budget_is_a_one_line_error() -> None:
         simkv.validate(KVSimParams(admission="budgeted"))
     with pytest.raises(BadInput, match="--ssd-write-window"):
         simkv.validate(KVSimParams(ssd_write_budget="1DWPD", ssd_write_window=0.0))
+
+
+def test_cli_budget_flags_and_unknown_admission(tmp_path, capsys) -> None:
+    import json
+
+    from aicache.cli.main import main
+    from aicache.traces.io import write_kv_jsonl
+
+    path = tmp_path / "t.jsonl"
+    write_kv_jsonl(str(path), prepare_free_trace())
+    base = ["sim", "kv", "--trace", str(path), "--dram-tokens", "1024", "--in-flight", "1",
+            "--json"]
+    assert main(base + ["--ssd-write-budget", "1DWPD", "--ssd-write-window", "1min"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["admission"] == "budgeted" and m["ssd_write_window_s"] == 60.0
+    assert m["ssd_rated_endurance"] == "1 DWPD x 5 years" and "ssd_life_years" in m
+    assert main(base + ["--ssd-write-budget", "lots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--ssd-write-budget" in err
+    assert main(base + ["--admission", "selective"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "sglang-selective" in err and "mooncake-on-evict" in err
+
+
+def prepare_free_trace() -> list:
+    from aicache.traces.base import KVRequest
+
+    return [KVRequest(timestamp=t, input_length=1024, output_length=1, hash_ids=b,
+                      block_tokens=512) for t, b in ((0, [1, 2]), (10, [3, 4]), (20, [1, 2]))]

@@ -47,7 +47,10 @@ from aicache.kv.admissions import SSD_ADMISSIONS, AdmissionContext, make_ssd_adm
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.saria import KVIndexParams
-from aicache.kv.write_budget import WriteBudget
+from aicache.kv.write_budget import (
+    RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
+)
+from aicache.units import parse_duration
 from aicache.kvstore.ssd import lifetime_days
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 
@@ -278,6 +281,20 @@ def make_admission(name: str, prewrite: bool = True,
     return IndexAdmissionAtOffer(adm, prewrite, sizes)
 
 
+def tier_write_budget(budget: object, window: object, ssd_bytes: int) -> WriteBudget | None:
+    """An engine tier's ``ssd_write_budget`` (``1DWPD`` of its ``ssd_bytes``, or a rate such
+    as ``200MB/s``) over ``ssd_write_window`` (default 10 min) on the tier's clock; None
+    when no budget is set."""
+    if budget is None or budget == "":
+        return None
+    spec = parse_write_budget(str(budget), int(ssd_bytes))
+    w = parse_duration(str(window) if window is not None else "10min",
+                       what="ssd_write_window")
+    if not w > 0:
+        raise BadInput(f"ssd_write_window {window!r} must be a positive duration, e.g. 10min")
+    return WriteBudget(spec.bytes_per_s, w)
+
+
 _NO_OFFER_INFO = Offer()  # read-only default: admissions must not keep or change it
 
 
@@ -439,7 +456,7 @@ class SlabChunkStore:
                 out.append((ns, n.key))
         return out
 
-    def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | None]:
+    def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | str | None]:
         """Bytes written to the slab files, the budget, and the lifetime at that rate."""
         ssd = self.store.ssd
         if ssd is None:
@@ -449,7 +466,9 @@ class SlabChunkStore:
                 "ssd_files_bytes": ssd.files_size(),
                 "ssd_checksum_failures": s.checksum_failures,
                 "ssd_lifetime_days_1dwpd": lifetime_days(s.bytes_written, elapsed_s,
-                                                         ssd.budget_bytes)}
+                                                         ssd.budget_bytes),
+                "ssd_life_years": life_years(s.bytes_written, elapsed_s, ssd.budget_bytes),
+                "ssd_rated_endurance": f"{RATED_DWPD:g} DWPD x {RATED_YEARS:g} years"}
 
     def close(self) -> None:
         self.store.close()
