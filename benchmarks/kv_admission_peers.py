@@ -80,10 +80,16 @@ def run_case(c: Case, window: str) -> dict:
                                             **base)).metrics
         ok = (o["ssd_write_bytes"] <= p["ssd_write_bytes"] and o["char"] >= p["char"]
               and o["ttft_mean_s"] <= p["ttft_mean_s"])
+        capped = None
+        if window != "peer":  # the peer's own rule held to the same window
+            capped = _point(simulate_kv(c.reqs, KVSimParams(
+                admission=peer, ssd_write_budget=f"{rate}B/s", ssd_write_window=w,
+                **base)).metrics)
         rows.append({"peer": peer, "budget_bps": rate, "window_s": w, "peer_point": _point(p),
+                     "peer_capped": capped,
                      "ours": _point(o), "ok": ok,
-                     "ours_strong": [o["budget_strong_admitted"], o["budget_strong_candidates"]],
-                     "ours_weak": [o["budget_weak_admitted"], o["budget_weak_candidates"]]})
+                     "ours_admitted_by_class": o["budget_admitted"],
+                     "ours_candidates_by_class": o["budget_candidates"]})
         print(f"  {c.name}: {peer} done", file=sys.stderr, flush=True)
     fd = simulate_kv(c.reqs, KVSimParams(admission="full-duplicate", **base)).metrics
     return {"trace": c.name, "requests": len(c.reqs), "dram_tokens": c.dram_tokens,
@@ -91,17 +97,20 @@ def run_case(c: Case, window: str) -> dict:
 
 
 def table(res: dict) -> str:
+    capped = any(r.get("peer_capped") for r in res["rows"])
+    extra = " peer capped CHAR / GB |" if capped else ""
     lines = [f"**{res['trace']}** ({res['requests']} requests; full duplicate: CHAR "
              f"{res['full_duplicate']['char']:.3f}, "
              f"{res['full_duplicate']['ssd_write_bytes'] / 1e9:,.0f} GB)", "",
              "| peer | peer CHAR | peer GB | peer TTFT s | ours CHAR | ours GB | ours TTFT s "
-             "| ok |", "|---|---|---|---|---|---|---|---|"]
+             "| ok |" + extra, "|---|---|---|---|---|---|---|---|" + ("---|" if capped else "")]
     for r in res["rows"]:
-        p, o = r["peer_point"], r["ours"]
+        p, o, pc = r["peer_point"], r["ours"], r.get("peer_capped")
         lines.append(f"| {r['peer']} | {p['char']:.3f} | {p['ssd_write_bytes'] / 1e9:,.0f} | "
                      f"{p['ttft_mean_s']:.2f} | {o['char']:.3f} | "
                      f"{o['ssd_write_bytes'] / 1e9:,.0f} | {o['ttft_mean_s']:.2f} | "
-                     f"{'yes' if r['ok'] else '**no**'} |")
+                     f"{'yes' if r['ok'] else '**no**'} |"
+                     + (f" {pc['char']:.3f} / {pc['ssd_write_bytes'] / 1e9:,.0f} |" if pc else ""))
     return "\n".join(lines)
 
 
@@ -114,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="peer (the peer's replay length) or a duration such as 10min")
     ap.add_argument("--only", default=None, help="run only traces whose name contains this")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the JSON here after each trace")
     a = ap.parse_args(argv)
     gens = [g for g in a.generators.split(",") if g]
     seeds = [int(s) for s in a.seeds.split(",") if s]
@@ -123,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         res = run_case(c, a.window)
         out.append(res)
+        if a.out:
+            Path(a.out).write_text(json.dumps({"window": a.window, "traces": out}, indent=1))
         if not a.json:
             print(table(res) + "\n", flush=True)
     if a.json:

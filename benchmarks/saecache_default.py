@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="chat,arena,tool,mix")
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the JSON here after each trace")
     a = ap.parse_args(argv)
     out = []
     cases: list[tuple[str, str | None, str | None, int]] = [
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                                      fmt="auto", skip_bad=False)
         res = run_trace(name, reqs, labels, seed)
         out.append(res)
+        if a.out:
+            Path(a.out).write_text(json.dumps({"traces": out}, indent=1))
         if not a.json:
             print(table(res) + "\n", flush=True)
     if a.json:

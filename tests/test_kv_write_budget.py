@@ -1,7 +1,7 @@
 """The SSD write budget: parsing, the projected drive life against its formula, the
 window invariant by brute force (every window of the ledger's clock, on random charges
 and through the simulator on small generated traces), and the budgeted admission's
-order (reused blocks before first evictions)."""
+order (returning blocks, then reused ones, then first evictions)."""
 
 from __future__ import annotations
 
@@ -61,25 +61,25 @@ def test_ledger_never_exceeds_the_allowance_in_any_window(seed: int) -> None:
     assert b.max_window == _max_window(b.history, 10.0)
 
 
-def test_budgeted_admission_spends_on_reused_blocks_first() -> None:
+def test_budgeted_admission_spends_on_returning_blocks_first() -> None:
     size = lambda n: 100  # noqa: E731
     b = WriteBudget(10.0, 100.0)                     # 1,000 B per window
     adm = BudgetedAdmission(b, size, pace_window=100.0)
-    reused, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1)
-    reused.R, reused.E, fresh.E = 1, 1, 1
-    for i in range(8):                               # strong demand: 800 B in the window
-        assert adm.at_eviction(reused, float(i))
-        adm.on_write(reused, 100, float(i))
-    # 800 B spent; a first eviction would leave no room for the strong demand seen
-    assert not adm.at_eviction(fresh, 8.0)
-    for t in (8.0, 9.0):                             # reused blocks still fit: 1,000 B
-        assert adm.at_eviction(reused, t)
-        adm.on_write(reused, 100, t)
-    assert not adm.at_eviction(reused, 9.5)          # 1,100 B would exceed the window
-    assert (adm.strong, adm.strong_admitted, adm.weak, adm.weak_admitted) == (11, 10, 1, 0)
-    returned = RadixNode(3, None, 1)
-    returned.E = 2                                   # refused once, evicted again: strong
-    assert BudgetedAdmission.is_strong(returned) and not BudgetedAdmission.is_strong(fresh)
+    back, reused, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1), RadixNode(3, None, 1)
+    back.E, reused.E, reused.R, fresh.E = 2, 1, 1, 1
+    assert [adm.evidence_class(n) for n in (back, reused, fresh)] == [0, 1, 2]
+    for i in range(8):                               # returning demand: 800 B in the window
+        assert adm.at_eviction(back, float(i))
+        adm.on_write(back, 100, float(i))
+    # 800 B spent; a reused or first eviction would leave no room for the demand seen
+    assert not adm.at_eviction(reused, 8.0) and not adm.at_eviction(fresh, 8.0)
+    for t in (8.0, 9.0):                             # returning blocks still fit: 1,000 B
+        assert adm.at_eviction(back, t)
+        adm.on_write(back, 100, t)
+    assert not adm.at_eviction(back, 9.5)            # 1,100 B would exceed the window
+    assert (adm.offered, adm.admitted) == ([11, 1, 1], [10, 0, 0])
+    # a window later the returning demand has passed: a reused block is written again
+    assert adm.at_eviction(reused, 250.0)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -2,20 +2,22 @@
 
 :class:`BudgetedAdmission` writes a block only when it leaves DRAM (a block reused while it
 stays in DRAM never costs a write) and spends the budget on the candidates with the best
-evidence of reuse first:
+evidence of reuse first, in three classes:
 
-* **strong** — the block was reused (``R_b ≥ 1``) or has been evicted before and came back
-  (``E_b ≥ 2``: a block an earlier eviction refused, recomputed since — the ghost of a
-  refusal). Admitted while the window's writes plus the block fit the allowance.
-* **weak** — a first eviction with no reuse yet. Admitted only from what the strong class
-  is not expected to need, and never ahead of schedule: everything written so far, the
-  block, and the bytes strong candidates offered over the last ``pace_window`` (their
-  demand, admitted or not) must stay within the rate's accrual since the first eviction
-  plus one ``pace_window`` of it. Budget a quiet spell left unspent stays available (a
-  long budget window is not lost to a burst's refusals), and the weak class cannot spend a
-  long window's allowance early and starve the reused blocks that come later. When the
-  strong demand is small the weak class gets nearly all of the budget (a generous budget
-  writes every eviction); when it is large, none.
+0. **returning** — evicted before, recomputed, and evicted again (``E_b ≥ 2``): the block's
+   gaps between uses have outlasted DRAM once already (the ghost of an earlier refusal).
+   Admitted while the window's writes plus the block fit the allowance.
+1. **reused** — reused while in DRAM (``R_b ≥ 1``), first eviction.
+2. **first** — a first eviction with no reuse yet.
+
+Classes 1 and 2 are admitted only from what the classes above them are not expected to
+need, and never ahead of schedule: everything written so far, the block, and the bytes the
+higher classes offered over the last ``pace_window`` (their demand, admitted or not) must
+stay within the rate's accrual since the first eviction plus one ``pace_window`` of it.
+Budget a quiet spell left unspent stays available (a long budget window is not lost to a
+burst's refusals), and a lower class cannot spend a long window's allowance early and
+starve the returning blocks that come later. When the higher classes ask for little, the
+lower ones get nearly all of the budget (a generous budget writes every eviction).
 
 The budget is the hard limit (:class:`WriteBudget`'s window invariant): a write that does
 not fit is refused, whatever its class. :class:`CappedAdmission` puts the same limit on
@@ -36,16 +38,17 @@ if TYPE_CHECKING:
 
 BlockBytes = Callable[[RadixNode], int]
 
-#: the window weak candidates are paced over (at most the budget's own window)
+#: the window weaker candidates are paced over (at most the budget's own window)
 PACE_WINDOW = 600.0
+CLASSES = 3
 
 
 class BudgetedAdmission:
-    """The budgeted admission (module docstring). Counters: ``strong`` / ``weak``
-    candidates offered and ``strong_admitted`` / ``weak_admitted``."""
+    """The budgeted admission (module docstring). Counters per evidence class (0 returning,
+    1 reused, 2 first eviction): ``offered[k]`` and ``admitted[k]``."""
 
-    __slots__ = ("budget", "pace_window", "t0", "size_of", "demand", "label", "strong",
-                 "weak", "strong_admitted", "weak_admitted")
+    __slots__ = ("budget", "pace_window", "t0", "size_of", "demand", "label", "offered",
+                 "admitted")
 
     def __init__(self, budget: WriteBudget, size_of: BlockBytes,
                  pace_window: float = PACE_WINDOW) -> None:
@@ -53,29 +56,33 @@ class BudgetedAdmission:
         self.pace_window = pw = min(pace_window, budget.window)
         self.t0: float | None = None
         self.size_of = size_of
-        self.demand = DemandWindow(pw)
+        #: bytes each class offered over the last pace window (its demand)
+        self.demand = [DemandWindow(pw) for _ in range(CLASSES)]
         self.label = "budgeted"
-        self.strong = self.weak = self.strong_admitted = self.weak_admitted = 0
+        self.offered = [0] * CLASSES
+        self.admitted = [0] * CLASSES
 
     @staticmethod
-    def is_strong(node: RadixNode) -> bool:
-        return node.R >= 1 or node.E >= 2
+    def evidence_class(node: RadixNode) -> int:
+        """0: evicted before and back (``E_b ≥ 2`` at this eviction); 1: reused while in
+        DRAM (``R_b ≥ 1``); 2: a first eviction with no reuse."""
+        return 0 if node.E >= 2 else 1 if node.R >= 1 else 2
 
     def at_eviction(self, node: RadixNode, now: float) -> bool:
         size = self.size_of(node)
         if self.t0 is None:
             self.t0 = now
-        if self.is_strong(node):
-            self.strong += 1
-            self.demand.add(size, now)
-            ok = self.budget.fits(size, now)
-            self.strong_admitted += ok
-            return ok
-        self.weak += 1
+        k = self.evidence_class(node)
+        self.offered[k] += 1
+        self.demand[k].add(size, now)
         b = self.budget
-        ahead = b.charged + size + self.demand.total(now) - b.bytes_per_s * (now - self.t0)
-        ok = ahead <= b.bytes_per_s * self.pace_window and b.fits(size, now)
-        self.weak_admitted += ok
+        if k == 0:
+            ok = b.fits(size, now)
+        else:
+            reserve = sum(d.total(now) for d in self.demand[:k])
+            ahead = b.charged + size + reserve - b.bytes_per_s * (now - self.t0)
+            ok = ahead <= b.bytes_per_s * self.pace_window and b.fits(size, now)
+        self.admitted[k] += ok
         return ok
 
     def prewrite_now(self, node: RadixNode, now: float) -> bool:

@@ -686,6 +686,6 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     return KVSimResult(metrics, tt, tr, warns)
 
 
-def _budgeted_counters(adm: BudgetedAdmission) -> dict[str, int]:
-    return {"budget_strong_candidates": adm.strong, "budget_strong_admitted": adm.strong_admitted,
-            "budget_weak_candidates": adm.weak, "budget_weak_admitted": adm.weak_admitted}
+def _budgeted_counters(adm: BudgetedAdmission) -> dict[str, list[int]]:
+    """Candidates offered and admitted per evidence class (returning, reused, first)."""
+    return {"budget_candidates": list(adm.offered), "budget_admitted": list(adm.admitted)}
