@@ -43,7 +43,9 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.kv.admission import LearnedRule, SSDAdmission
-from aicache.kv.admissions import SSD_ADMISSIONS, AdmissionContext, make_ssd_admission
+from aicache.kv.admissions import (
+    SSD_ADMISSIONS, AdmissionContext, ChunkFactory, make_ssd_admission,
+)
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.saria import KVIndexParams
@@ -271,10 +273,11 @@ def make_admission(name: str, prewrite: bool = True,
             if budget is not None:
                 raise BadInput(f"admission {name!r} takes no write budget in an engine tier; "
                                f"use budgeted or a rule such as E2")
-            factory = chunk
             if isinstance(chunk, str):
                 module, _, attr = chunk.partition(":")
-                factory = getattr(importlib.import_module(module), attr)
+                factory: ChunkFactory = getattr(importlib.import_module(module), attr)
+            else:
+                factory = chunk
             return cast(ChunkAdmission, factory(prewrite, args))
     sizes = size_of if size_of is not None else (lambda n: 1)
     adm = make_ssd_admission(name, AdmissionContext(sizes, 3600.0, args, None, budget))
