@@ -61,7 +61,9 @@ from aicache.kv.saria import (
 )
 from aicache.kv.radix import RadixNode
 from aicache.kv.transfer import GB, Bandwidths, SharingModel, TransferCoordinator, TransferMode
-from aicache.kv.write_budget import RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget
+from aicache.kv.write_budget import (
+    RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
+)
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
 
