@@ -31,7 +31,7 @@ process with the same random-weight Llama (``--hidden``, ``--layers``, 2 KV head
 * ``fs``     — vLLM's ``fs`` tier (writes every chunk the DRAM tier stores); the chunks it
   loads back are recorded for the oracle;
 * ``saria:NAME`` — ``SariaSSDTier`` with admission NAME, one arm per ``--admission``
-  (default ``E2`` and ``oracle``; any name of ``CHUNK_ADMISSIONS`` or a SARIA rule).
+  (default ``E2`` and ``oracle``; any name of ``aicache.kv.admissions.SSD_ADMISSIONS`` or a SARIA rule).
   ``oracle`` writes exactly the chunks ``fs`` read back: the frontier of admission on this
   replay (it cannot know them online). ``hint`` (``HintAdmission``) is sent each request's
   ``kv_transfer_params = {"aicache": {"session", "turn", "continues"}}``, ``continues``

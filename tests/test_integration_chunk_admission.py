@@ -75,3 +75,45 @@ def test_learned_bad_args_are_one_line_errors():
         make_admission("learned", args={"write_budget": -1})
     with pytest.raises(BadInput, match="horizon"):
         make_admission("learned", args={"horizon": "soon"})
+
+
+def test_peer_rules_and_seed_rule_decide_offers_through_the_one_registry():
+    """The engine gate asks the registry's policies at each offer: sglang-selective writes
+    a chunk offered again after a request reused it (hit_count 2); E2 with prewrite writes
+    at the second offer (the eviction to come would be its second); vllm-reuse-filter
+    needs two lookups, its own offers counting as one each."""
+    sel = AdmissionGate(make_admission("sglang-selective"), 100)
+    e2 = AdmissionGate(make_admission("E2"), 100)
+    vf = AdmissionGate(make_admission("vllm-reuse-filter"), 100)
+    a = ("ns", b"a")
+    assert [g.offer(a) for g in (sel, e2, vf)] == [False, False, False]
+    for g in (sel, e2, vf):
+        g.reference(a)
+    assert [g.offer(a) for g in (sel, e2, vf)] == [True, True, True]
+    b = ("ns", b"b")
+    sel.offer(b)
+    assert not sel.offer(b)  # offered twice, never reused: hit_count stays 1 + R_b = 1
+    assert e2.offer(b) is False and e2.offer(b) is True
+    assert make_admission("mooncake-on-evict").label == "mooncake-on-evict"
+
+
+def test_a_write_budget_caps_every_offer_window():
+    """``budgeted`` (first offers are weak candidates: paced, within the window) and a
+    capped full duplicate both keep the bytes admitted in every window within the
+    allowance; the registry rejects a budget for an engine-only admission."""
+    from aicache.kv.write_budget import WriteBudget
+
+    for name in ("budgeted", "full-duplicate"):
+        budget = WriteBudget(1.0, 100.0)  # 100 B per 100 s
+        gate = AdmissionGate(make_admission(name, size_of=lambda n: 10, budget=budget), 10_000)
+        times = []
+        for i in range(600):
+            now = i * 0.5
+            if gate.offer(("ns", b"%d" % i), Offer("r", -1, now)):
+                times.append(now)
+        assert len(times) > 10
+        assert max(sum(1 for t in times if a <= t < a + 100.0) for a in times) * 10 <= 100
+    assert make_admission("full-duplicate", budget=WriteBudget(1.0, 1.0)).label == \
+        "full-duplicate@budget"
+    with pytest.raises(BadInput, match="no write budget"):
+        make_admission("learned", budget=WriteBudget(1.0, 1.0))

@@ -285,7 +285,7 @@ def test_partial_load_reports_each_chunk_and_never_wrong_bytes(tmp_path):
 
 def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
     """``admission`` names a registered policy: ``oracle`` writes exactly the chunks in its
-    key file at their first offer; a policy added to ``CHUNK_ADMISSIONS`` is built from the
+    key file at their first offer; a policy added to ``SSD_ADMISSIONS`` is built from the
     tier's ``admission_args`` and sees each offer's counted evidence; an unknown name is a
     one-line error naming the choices."""
     from aicache.errors import BadInput
@@ -320,8 +320,10 @@ def test_admission_by_name_oracle_key_file_and_registry(tmp_path, monkeypatch):
         def referenced(self, sk, ev, now) -> None:
             refs.append(ev.R)
 
-    monkeypatch.setitem(chunk_tier.CHUNK_ADMISSIONS, "second-offer",
-                        lambda prewrite, args: SecondOffer(int(args["at"])))
+    from aicache.kv.admissions import SSD_ADMISSIONS, AdmissionEntry
+
+    monkeypatch.setitem(SSD_ADMISSIONS._entries, "second-offer", AdmissionEntry(
+        None, lambda prewrite, args: SecondOffer(int(str(args["at"])))))
     h = Host(4, saria(tmp_path / "c", admission="second-offer", admission_args={"at": 1}))
     a = keys(0, 4)
     flush(h, 0, 4, data)
@@ -486,3 +488,24 @@ def test_policy_under_vllm_cpu_manager_keeps_capacity(policy):
         for node, _ in pol._chunks.values():
             assert node.session in {"s0", "s1", "s2"}
             assert node.token_type == ["system", "user", "user"][node.offset]
+
+
+def test_write_budget_caps_the_tier_and_reports_drive_life(tmp_path):
+    """``ssd_write_budget`` on the tier: full duplicate capped at one chunk per window of the
+    tier's clock writes one chunk however many are offered at once, and the metrics carry
+    the budget and the projected life; a malformed budget is a one-line error."""
+    from aicache.errors import BadInput
+
+    rate = f"{ROW}B/s"  # one chunk a second, over a 1 s window
+    h = Host(4, saria(tmp_path, admission="full-duplicate", ssd_write_budget=rate,
+                      ssd_write_window=1.0, clock=lambda: 0.0))
+    data: dict = {}
+    flush(h, 0, 4, data)
+    m = h.tier.metrics()
+    assert m["chunks_written"] == 1 and m["admission"] == "full-duplicate@budget"
+    assert m["ssd_write_budget_bps"] == ROW and m["admissions_declined"] == 3
+    assert m["ssd_budget_refusals"] >= 3  # failed checks: a store and an eviction test per offer
+    assert m["ssd_rated_endurance"] == "1 DWPD x 5 years" and "ssd_life_years" in m
+    h.close()
+    with pytest.raises(BadInput, match="ssd-write-budget"):
+        saria(tmp_path / "b", ssd_write_budget="plenty")(np.zeros((4, ROW), np.uint8).data)

@@ -11,7 +11,8 @@ import pytest
 from aicache.kv.admission import LearnedAdmission, ReuseEstimator
 from aicache.kv.radix import RadixNode
 from aicache.kv.saria import RequestAttrs
-from aicache.sim.kv import ADMISSION_POLICIES, KVSimParams, prepare, simulate_kv
+from aicache.kv.admissions import SSD_ADMISSIONS
+from aicache.sim.kv import KVSimParams, prepare, simulate_kv
 from aicache.traces.gen_agent import generate_agent
 
 B1 = (0, 1, 3, 10, 1)  # R=0, E=1, output octave 3, length half-octave 10, idle step 1
@@ -123,7 +124,7 @@ def test_budget_gates_learned_admissions_not_the_seed_rule() -> None:
 
 
 def test_learned_through_the_simulator_is_deterministic_and_registered() -> None:
-    assert "learned" in ADMISSION_POLICIES
+    assert "learned" in SSD_ADMISSIONS
     reqs = prepare(generate_agent(10, seed=3), 512)
     kw = dict(dram_tokens=150_000, ssd_tokens=3_000_000, session_window=3600.0)
     a = simulate_kv(reqs, KVSimParams(system="saria", admission="learned", **kw)).metrics

@@ -31,9 +31,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="eviction-count admission threshold θ_E (default 2 unless --theta-r)")
     p.add_argument("--theta-r", type=int, default=None, metavar="N",
                    help="reuse-count admission threshold θ_R (default off)")
-    p.add_argument("--admission", default=None, metavar="RULE",
+    p.add_argument("--admission", default=None, metavar="NAME",
                    help="SSD admission instead of --theta-e/--theta-r: E<n>, R<n>, E<n>∨R<m>, "
-                        "full-duplicate, or a policy (oracle: the offline frontier)")
+                        "full-duplicate, or a registered one: sglang-selective, "
+                        "vllm-reuse-filter, lmcache-gate, kvbm-frequency, mooncake-on-evict, "
+                        "budgeted, learned, oracle (the offline frontier)")
+    p.add_argument("--ssd-write-budget", default=None, metavar="BUDGET",
+                   help="SSD writes allowed, on the replay clock: drive writes per day of "
+                        "the --ssd-tokens drive (1DWPD, 0.3DWPD) or a rate (200MB/s). With "
+                        "no --admission the budgeted admission spends it; any other "
+                        "admission is capped by it")
+    p.add_argument("--ssd-write-window", default="10min", metavar="DURATION",
+                   help="the budget holds over every window this long: writes in it <= "
+                        "rate x window (default 10min)")
     p.add_argument("--promotion", type=float, default=None, metavar="R",
                    help="target DRAM share r of lazy partial promotion (default 0.4)")
     p.add_argument("--dram-tokens", default="1000000", metavar="N", help="DRAM budget in tokens")
@@ -94,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         in_flight=args.in_flight, transfer=args.transfer, dram_policy=args.dram_policy,
         ssd_devices=args.ssd_devices, disk_gbps=args.disk_gbps,
         disk_write_gbps=args.disk_write_gbps, ssd_writes=args.ssd_writes,
-        seed=args.seed, **_queueing(args))
+        seed=args.seed, ssd_write_budget=args.ssd_write_budget,
+        ssd_write_window=parse_duration(args.ssd_write_window, what="--ssd-write-window"),
+        **_queueing(args))
     _, model = validate(params)
     bad = 0
     if args.workload is not None:

@@ -5,21 +5,21 @@ see the same thing: fixed-size KV chunks named by a chained hash, offered for st
 when the engine's host tier holds them and asked for when the engine misses them. They
 share two pieces:
 
-* :class:`AdmissionGate` — SARIA's E/R admission from the evidence such calls carry. A
-  chunk offered again after its first offer left the engine's memory and was recomputed
-  (an eviction boundary: ``E_b += 1``); a request asking for a chunk the gate knows reused
-  it (``R_b += 1``). A chunk is *known* once it has been offered: as in the simulator's
-  index, reuse is counted only for chunks it has metadata for, so a brand-new chunk's
-  first lookup does not count, and its first offer is never taken for an eviction.
-  The decision is a :class:`ChunkAdmission`, chosen by name (:func:`make_admission`):
-  SARIA's rule (``E2``, ``R8``, ``E2∨R8``; with prewrite, SARIA's default, an offer is
-  admitted when ``E_b + 1 ≥ θ_E`` or ``R_b ≥ θ_R`` — the eviction it is about to face
-  would qualify it —, without prewrite when ``admit(E_b, R_b)`` already holds),
-  ``full-duplicate`` (every offer), ``learned`` (:class:`~aicache.kv.admission.LearnedRule`
-  decided at the offer, :class:`LearnedChunkAdmission`), ``oracle`` (a key set fixed in
-  advance: the offline frontier of a replay), ``hint`` (a client's "this conversation
-  continues" written at the first offer, :class:`HintAdmission`), or any policy added to
-  :data:`CHUNK_ADMISSIONS`.
+* :class:`AdmissionGate` — SSD admission from the evidence such calls carry. A chunk
+  offered again after its first offer left the engine's memory and was recomputed (an
+  eviction boundary: ``E_b += 1``); a request asking for a chunk the gate knows reused it
+  (``R_b += 1``). A chunk is *known* once it has been offered: as in the simulator's index,
+  reuse is counted only for chunks it has metadata for, so a brand-new chunk's first lookup
+  does not count, and its first offer is never taken for an eviction. The gate keeps a
+  metadata-only :class:`~aicache.kv.radix.RadixNode` per known chunk, so the admissions of
+  the one registry (:data:`~aicache.kv.admissions.SSD_ADMISSIONS`: SARIA's rule, the
+  field's rules, the budgeted one) read it as they read the simulator's tree
+  (:class:`IndexAdmissionAtOffer`). An offer is a store: the index's ``prewrite_at_store``
+  decides it (with prewrite, SARIA's default: ``E_b + 1 ≥ θ_E`` or ``R_b ≥ θ_R``), else its
+  ``at_eviction`` (the engine holds the bytes only at the offer, so an eviction-time rule
+  decides there). Entries the engine serves differently name their own builder:
+  ``oracle`` (a key set fixed in advance), ``learned`` (:class:`LearnedChunkAdmission`),
+  ``hint`` (a client's "this conversation continues", :class:`HintAdmission`).
 * :class:`SlabChunkStore` — chunks on a :class:`~aicache.kvstore.store.TieredKVStore` with
   no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
   recovery by header scan, an SSD LRU within the byte budget. Each chunk is one block
@@ -32,20 +32,27 @@ Neither piece is thread-safe: an adapter calls them from one thread or under one
 from __future__ import annotations
 
 import hashlib
+import importlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.kv.admission import LearnedRule
+from aicache.kv.admission import LearnedRule, SSDAdmission
+from aicache.kv.admissions import (
+    SSD_ADMISSIONS, AdmissionContext, ChunkFactory, make_ssd_admission,
+)
 from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
-from aicache.kv.admission import AdmissionRule
 from aicache.kv.saria import KVIndexParams
+from aicache.kv.write_budget import (
+    RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
+)
+from aicache.units import parse_duration
 from aicache.kvstore.ssd import lifetime_days
 from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
 
@@ -58,12 +65,13 @@ def digest32(key: bytes) -> bytes:
     return key if len(key) <= 32 else hashlib.blake2b(key, digest_size=32).digest()
 
 
-@dataclass(slots=True)
-class Evidence:
-    """SARIA's counters for a chunk the gate knows (held or not)."""
+#: SARIA's counters (``E``, ``R``) for a chunk the gate knows, held or not: a metadata-only
+#: radix node (one chunk, no parent), the object the index's admissions read
+Evidence = RadixNode
 
-    E: int = 0
-    R: int = 0
+
+def new_evidence(sk: StoreKey) -> Evidence:
+    return RadixNode(sk, None, 1)
 
 
 @dataclass(slots=True)
@@ -98,22 +106,31 @@ class ChunkAdmission(Protocol):
     def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None: ...
 
 
-class RuleAdmission:
-    """SARIA's E/R rule (``full-duplicate`` admits every offer)."""
+class IndexAdmissionAtOffer:
+    """An index admission (:class:`~aicache.kv.admission.SSDAdmission`) deciding an
+    engine's offers: each offer is a store of the chunk's node (``on_store``), admitted by
+    ``prewrite_at_store`` (with ``prewrite``) or ``at_eviction``; an admitted offer is a
+    write of ``size_of(node)`` bytes (``on_write``); a counted reuse is ``on_reference``."""
 
-    __slots__ = ("rule", "prewrite", "label")
+    __slots__ = ("adm", "prewrite", "size_of", "label")
 
-    def __init__(self, rule: AdmissionRule, prewrite: bool) -> None:
-        self.rule = rule
+    def __init__(self, adm: SSDAdmission, prewrite: bool,
+                 size_of: Callable[[RadixNode], int]) -> None:
+        self.adm = adm
         self.prewrite = prewrite
-        self.label = rule.label
+        self.size_of = size_of
+        self.label = adm.label
 
     def admit(self, sk: StoreKey, ev: Evidence, offer: Offer) -> bool:
-        rule = self.rule
-        return rule.prewrite_due(ev.E, ev.R) if self.prewrite else rule.admit(ev.E, ev.R)
+        adm, now = self.adm, offer.now
+        adm.on_store((ev,), 0, now, None)
+        ok = (self.prewrite and adm.prewrite_at_store(ev, now)) or adm.at_eviction(ev, now)
+        if ok:
+            adm.on_write(ev, self.size_of(ev), now)
+        return ok
 
     def referenced(self, sk: StoreKey, ev: Evidence, now: float) -> None:
-        return None
+        self.adm.on_reference(ev, now)
 
 
 class KeySetAdmission:
@@ -194,7 +211,7 @@ class HintAdmission:
 ChunkAdmissionFactory = Callable[[bool, Mapping[str, object]], ChunkAdmission]
 
 
-def _oracle(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+def oracle_chunks(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
     path = args.get("keys_file")
     if not path:
         raise BadInput("admission 'oracle': set \"admission_args\": {\"keys_file\": PATH}, a "
@@ -208,7 +225,7 @@ def _oracle(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
                        f"hash a line") from e
 
 
-def _learned(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+def learned_chunks(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
     def num(name: str, default: float | None) -> float | None:
         v = args.get(name, default)
         if v is None:
@@ -231,7 +248,7 @@ def _learned(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
                        f"write_budget)") from None
 
 
-def _hint(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
+def hint_chunks(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
     base = args.get("rule", "E2")
     if not isinstance(base, str) or base.strip().lower() == "hint":
         raise BadInput(f"admission 'hint': rule {base!r} must name another admission "
@@ -239,23 +256,46 @@ def _hint(prewrite: bool, args: Mapping[str, object]) -> ChunkAdmission:
     return HintAdmission(make_admission(base, prewrite, args))
 
 
-#: Admissions by name, beside SARIA's rules (which :func:`make_admission` parses).
-CHUNK_ADMISSIONS: dict[str, ChunkAdmissionFactory] = {"oracle": _oracle, "learned": _learned,
-                                                      "hint": _hint}
-
-
 def make_admission(name: str, prewrite: bool = True,
-                   args: Mapping[str, object] | None = None) -> ChunkAdmission:
-    """The admission called ``name``: one of :data:`CHUNK_ADMISSIONS`, else a SARIA rule
-    (``E2``, ``R8``, ``E2∨R8``, ``full-duplicate``)."""
-    factory = CHUNK_ADMISSIONS.get(name.strip().lower())
-    if factory is not None:
-        return factory(prewrite, args or {})
-    try:
-        rule = AdmissionRule.parse(name)
-    except BadInput as e:
-        raise BadInput(f"{e}; or one of {', '.join(sorted(CHUNK_ADMISSIONS))}") from None
-    return RuleAdmission(rule, prewrite)
+                   args: Mapping[str, object] | None = None, *,
+                   size_of: Callable[[RadixNode], int] | None = None,
+                   budget: WriteBudget | None = None) -> ChunkAdmission:
+    """The admission called ``name`` from the one registry
+    (:data:`~aicache.kv.admissions.SSD_ADMISSIONS`), else SARIA's rule (``E2``, ``R8``,
+    ``E2∨R8``, ``full-duplicate``). ``size_of``: a chunk's bytes (default 1: budgets in
+    chunks); ``budget``: an SSD write budget the admission spends or is capped by (entries
+    with an engine builder of their own take none)."""
+    key = name.strip().lower()
+    args = args or {}
+    if key in SSD_ADMISSIONS:
+        chunk = SSD_ADMISSIONS.get(key).chunk
+        if chunk is not None:
+            if budget is not None:
+                raise BadInput(f"admission {name!r} takes no write budget in an engine tier; "
+                               f"use budgeted or a rule such as E2")
+            if isinstance(chunk, str):
+                module, _, attr = chunk.partition(":")
+                factory: ChunkFactory = getattr(importlib.import_module(module), attr)
+            else:
+                factory = chunk
+            return cast(ChunkAdmission, factory(prewrite, args))
+    sizes = size_of if size_of is not None else (lambda n: 1)
+    adm = make_ssd_admission(name, AdmissionContext(sizes, 3600.0, args, None, budget))
+    return IndexAdmissionAtOffer(adm, prewrite, sizes)
+
+
+def tier_write_budget(budget: object, window: object, ssd_bytes: int) -> WriteBudget | None:
+    """An engine tier's ``ssd_write_budget`` (``1DWPD`` of its ``ssd_bytes``, or a rate such
+    as ``200MB/s``) over ``ssd_write_window`` (default 10 min) on the tier's clock; None
+    when no budget is set."""
+    if budget is None or budget == "":
+        return None
+    spec = parse_write_budget(str(budget), int(ssd_bytes))
+    w = parse_duration(str(window) if window is not None else "10min",
+                       what="ssd_write_window")
+    if not w > 0:
+        raise BadInput(f"ssd_write_window {window!r} must be a positive duration, e.g. 10min")
+    return WriteBudget(spec.bytes_per_s, w)
 
 
 _NO_OFFER_INFO = Offer()  # read-only default: admissions must not keep or change it
@@ -289,7 +329,7 @@ class AdmissionGate:
     def learn(self, sk: StoreKey) -> None:
         """Know ``sk`` without an offer (a chunk recovered from the SSD)."""
         if sk not in self._ev:
-            self._ev[sk] = Evidence()
+            self._ev[sk] = new_evidence(sk)
             while len(self._ev) > self.capacity:
                 self._ev.popitem(last=False)
 
@@ -309,7 +349,7 @@ class AdmissionGate:
         eviction it implies first."""
         ev = self._ev.get(sk)
         if ev is None:
-            ev = self._ev[sk] = Evidence()
+            ev = self._ev[sk] = new_evidence(sk)
             while len(self._ev) > self.capacity:
                 self._ev.popitem(last=False)
         else:
@@ -419,7 +459,7 @@ class SlabChunkStore:
                 out.append((ns, n.key))
         return out
 
-    def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | None]:
+    def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | str | None]:
         """Bytes written to the slab files, the budget, and the lifetime at that rate."""
         ssd = self.store.ssd
         if ssd is None:
@@ -429,7 +469,9 @@ class SlabChunkStore:
                 "ssd_files_bytes": ssd.files_size(),
                 "ssd_checksum_failures": s.checksum_failures,
                 "ssd_lifetime_days_1dwpd": lifetime_days(s.bytes_written, elapsed_s,
-                                                         ssd.budget_bytes)}
+                                                         ssd.budget_bytes),
+                "ssd_life_years": life_years(s.bytes_written, elapsed_s, ssd.budget_bytes),
+                "ssd_rated_endurance": f"{RATED_DWPD:g} DWPD x {RATED_YEARS:g} years"}
 
     def close(self) -> None:
         self.store.close()

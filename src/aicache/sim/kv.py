@@ -49,13 +49,21 @@ from typing import Any
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.kv.admission import AdmissionRule, LearnedAdmission, OracleAdmission, SSDAdmission
+from aicache.kv.admission import AdmissionRule, OracleAdmission, SSDAdmission
+from aicache.kv.admissions import (
+    SSD_ADMISSIONS, AdmissionContext, make_ssd_admission, unknown_admission,
+)
+from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.promotion import PromotionMode, PromotionParams
 from aicache.kv.saria import (
     KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs, Tier,
 )
+from aicache.kv.radix import RadixNode
 from aicache.kv.transfer import GB, Bandwidths, SharingModel, TransferCoordinator, TransferMode
+from aicache.kv.write_budget import (
+    RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
+)
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
 
@@ -71,7 +79,7 @@ JSON_KEYS = ("system", "requests", "ttft_mean_s", "ttft_p90_s", "ttft_p25bad_s",
 class SystemSpec:
     """A cache configuration by name. ``admission=None`` means SARIA's own admission
     (θ_E / θ_R from the run's parameters); ``admission_policy`` names an
-    :data:`ADMISSION_POLICIES` entry that replaces it."""
+    :data:`~aicache.kv.admissions.SSD_ADMISSIONS` entry that replaces it."""
 
     name: str
     dram: bool = True
@@ -104,18 +112,6 @@ SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
 SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
                                               promotion=PromotionMode.ZERO),
                  "FlexKV/Dynamo-style: SSD hits go to GPU only (full duplicate)")
-
-
-#: SSD admission policies by name (``--admission NAME`` or a system's ``admission_policy``);
-#: a factory gets the prepared trace and the run's parameters
-ADMISSION_POLICIES: Registry[Callable[[Sequence["_Req"], "KVSimParams", ModelSpec], SSDAdmission]] = \
-    Registry("SSD admission policy")
-ADMISSION_POLICIES.register(
-    "oracle", lambda reqs, p, m: OracleAdmission([r.keys for r in reqs]),
-    "offline: write a block at its DRAM eviction iff a later request references it")
-ADMISSION_POLICIES.register(
-    "learned", lambda reqs, p, m: LearnedAdmission(horizon=p.metadata_window),
-    "online: write a block at its DRAM eviction iff its learned reuse probability ≥ ½")
 
 
 @dataclass(frozen=True)
@@ -157,6 +153,11 @@ class KVSimParams:
     dram_policy: str = "lru"
     metadata_window: float = 3600.0
     seed: int = 0
+    #: SSD write budget (``1DWPD``, ``200MB/s``) on the replay clock; None: unlimited. With
+    #: no ``admission``, the budgeted admission spends it; any other is capped by it
+    ssd_write_budget: str | None = None
+    #: the window the budget holds over: writes in any ``[t, t + window)`` ≤ rate × window
+    ssd_write_window: float = 600.0
 
 
 # ---------------------------------------------------------------------- preparation
@@ -236,10 +237,29 @@ class KVSimResult:
 
 
 def _policy_name(p: KVSimParams, spec: SystemSpec) -> str | None:
-    """The admission policy replacing the E/R rule, if any."""
-    if p.admission and p.admission in ADMISSION_POLICIES:
-        return p.admission
-    return None if p.admission else spec.admission_policy
+    """The registered admission replacing the E/R rule, if any (under a write budget with
+    no admission named, the budgeted one)."""
+    if p.admission and p.admission.strip().lower() in SSD_ADMISSIONS:
+        return p.admission.strip().lower()
+    if p.admission:
+        return None
+    if spec.admission_policy is not None:
+        return spec.admission_policy
+    return "budgeted" if p.ssd_write_budget and spec.admission is None else None
+
+
+def _block_bytes(model: ModelSpec) -> Callable[[RadixNode], int]:
+    """A block's bytes, as :meth:`KVIndex.size` counts them."""
+    kv, ck = model.kv_bytes_per_token, model.checkpoint_bytes
+    return lambda n: n.tokens * kv + (ck if n.has_ckpt else 0)
+
+
+def _write_budget(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> WriteBudget | None:
+    if not p.ssd_write_budget or not spec.ssd:
+        return None
+    ssd_bytes = p.ssd_tokens * model.kv_bytes_per_token
+    return WriteBudget(parse_write_budget(p.ssd_write_budget, ssd_bytes).bytes_per_s,
+                       p.ssd_write_window)
 
 
 def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndexParams:
@@ -314,11 +334,18 @@ def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
         raise BadInput(f"replay {p.replay!r}; valid: auto, sessions, timestamps")
     if p.theta_e is not None and p.theta_e < 1 or p.theta_r is not None and p.theta_r < 1:
         raise BadInput("--theta-e/--theta-r must be at least 1")
-    if p.admission and p.admission not in ADMISSION_POLICIES:
+    if p.admission and p.admission.strip().lower() not in SSD_ADMISSIONS:
         try:
             AdmissionRule.parse(p.admission)
         except BadInput as e:
-            raise BadInput(f"{e}, or a policy: {', '.join(ADMISSION_POLICIES.names())}") from None
+            raise unknown_admission(p.admission, e) from None
+    if p.ssd_write_budget:
+        if not p.ssd_write_window > 0 or math.isinf(p.ssd_write_window):
+            raise BadInput(f"--ssd-write-window {p.ssd_write_window} must be a positive "
+                           f"duration, e.g. 10min")
+        parse_write_budget(p.ssd_write_budget, p.ssd_tokens * model.kv_bytes_per_token)
+    elif _policy_name(p, spec) == "budgeted":
+        raise BadInput("admission 'budgeted' needs --ssd-write-budget (e.g. 1DWPD or 200MB/s)")
     return spec, model
 
 
@@ -372,11 +399,18 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         r.next, r.plan, r.gap = None, None, 0.0
     ip = _index_params(params, spec, model)
     pname = _policy_name(params, spec)
-    adm_policy = (ADMISSION_POLICIES.get(pname)(reqs, params, model)
-                  if pname is not None and spec.ssd else None)
-    oracle = adm_policy if isinstance(adm_policy, OracleAdmission) else None
-    if adm_policy is not None:
-        ip = replace(ip, admission_policy=adm_policy)
+    budget = _write_budget(params, spec, model)
+    adm_policy: SSDAdmission | None = None
+    if spec.ssd and (pname is not None or budget is not None):
+        adm_policy = make_ssd_admission(pname if pname is not None else ip.admission.label,
+                                        AdmissionContext(_block_bytes(model),
+                                                         params.metadata_window, {},
+                                                         [r.keys for r in reqs], budget))
+        # the policy decides every write, full duplicate's included
+        ip = replace(ip, admission=AdmissionRule(None, None, False),
+                     admission_policy=adm_policy)
+    inner = adm_policy.base if isinstance(adm_policy, CappedAdmission) else adm_policy
+    oracle = inner if isinstance(inner, OracleAdmission) else None
     index = KVIndex(ip)
     nd = params.ssd_devices  # striped: every object spread over all drives
     bw = Bandwidths(params.gpu_gbps * GB, params.disk_gbps * nd * GB, params.dram_gbps * GB,
@@ -592,6 +626,15 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "transfer_mean_s": float(tr.mean()) if tr.size else float("nan"),
         "transfer_p25bad_s": _p25bad(tr),
         "ssd_lifetime_days": lifetime,
+        # projected life at the run's write rate of a drive rated RATED_DWPD x RATED_YEARS
+        "ssd_life_years": life_years(st.ssd_write_bytes, duration, ssd_cap),
+        "ssd_rated_endurance": f"{RATED_DWPD:g} DWPD x {RATED_YEARS:g} years",
+        "ssd_write_budget": params.ssd_write_budget if budget is not None else None,
+        "ssd_write_budget_bps": budget.bytes_per_s if budget is not None else None,
+        "ssd_write_window_s": budget.window if budget is not None else None,
+        "ssd_budget_refusals": budget.refused if budget is not None else None,
+        "ssd_budget_max_window_bytes": budget.max_window if budget is not None else None,
+        **(_budgeted_counters(inner) if isinstance(inner, BudgetedAdmission) else {}),
         "transfer_p10bad_s": _p25bad(tr, 0.10),
         "transfer_p5bad_s": _p25bad(tr, 0.05),
         # extras (stable additions)
@@ -643,3 +686,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "block_events_per_second": block_events / wall if wall > 0 else None,
     }
     return KVSimResult(metrics, tt, tr, warns)
+
+
+def _budgeted_counters(adm: BudgetedAdmission) -> dict[str, list[int]]:
+    """Candidates offered and admitted per evidence class (returning, reused, first)."""
+    return {"budget_candidates": list(adm.offered), "budget_admitted": list(adm.admitted)}

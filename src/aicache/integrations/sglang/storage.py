@@ -52,7 +52,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
-    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
+    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission, tier_write_budget,
 )
 
 if TYPE_CHECKING:
@@ -98,9 +98,9 @@ class SariaHiCacheStorage(HiCacheStorage):
     configuration comes from ``storage_config.extra_config`` (then ``kwargs``): ``root_dir``
     and ``ssd_bytes`` (the slab files' byte budget per rank) are required; ``admission``
     (``E2`` default, ``R8``, ``E2∨R8``, ``full-duplicate``, or a name in
-    :data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS` with its ``admission_args``),
-    ``prewrite`` (default true),
-    ``io_threads``, ``metadata_entries`` (pages whose counters are kept; default 8 × SSD
+    :data:`~aicache.kv.admissions.SSD_ADMISSIONS` with its ``admission_args``),
+    ``prewrite`` (default true), ``ssd_write_budget`` (``1DWPD`` of ``ssd_bytes`` or a rate
+    such as ``200MB/s``) and ``ssd_write_window`` (default 10 min), ``io_threads``, ``metadata_entries`` (pages whose counters are kept; default 8 × SSD
     slots), ``slab_bytes``, ``page_bytes`` (else taken from the host pool or the first page).
     """
 
@@ -116,8 +116,13 @@ class SariaHiCacheStorage(HiCacheStorage):
                                        "(e.g. 107374182400 for 100 GiB)")
         self.prewrite = _as_bool(cfg.get("prewrite", True))
         args = cfg.get("admission_args")
+        self._page_bytes = 1  # a page's bytes once the store is open (budgets count bytes)
+        self.write_budget = tier_write_budget(cfg.get("ssd_write_budget"),
+                                              cfg.get("ssd_write_window"), self.ssd_bytes)
         self.admission = make_admission(str(cfg.get("admission", "E2")), self.prewrite,
-                                        args if isinstance(args, dict) else None)
+                                        args if isinstance(args, dict) else None,
+                                        size_of=lambda n: self._page_bytes,
+                                        budget=self.write_budget)
         self.io_threads = _positive_int(cfg, "io_threads", "a thread count", default=4)
         self.slab_bytes = _positive_int(cfg, "slab_bytes", "a slab file size", default=32 << 20)
         self._metadata_entries = (None if cfg.get("metadata_entries") is None else _positive_int(
@@ -158,6 +163,7 @@ class SariaHiCacheStorage(HiCacheStorage):
             return self._chunks
         chunks = SlabChunkStore(self.dir, self.ssd_bytes, page_bytes,
                                 io_threads=self.io_threads, slab_bytes=self.slab_bytes)
+        self._page_bytes = page_bytes
         cap = self._metadata_entries or 8 * max(1, chunks.n_slots)
         self._gate = AdmissionGate(self.admission, cap)
         self._ns = _namespace(self.config, page_bytes, self._dtype)
@@ -381,6 +387,9 @@ class SariaHiCacheStorage(HiCacheStorage):
                            reuses_counted=g.references)
             if self._chunks is not None:
                 out.update(self._chunks.ssd_metrics(self._clock() - self._t0))
+            b = self.write_budget
+            out["ssd_write_budget_bps"] = b.bytes_per_s if b is not None else None
+            out["ssd_budget_refusals"] = b.refused if b is not None else None
             return out
 
     def held(self, key: str) -> bool:

@@ -19,7 +19,7 @@ With prewrite (SARIA's default) a re-offered chunk is written when ``E_b + 1 ≥
 face being the second. Without prewrite it is written when ``admit(E_b, R_b)`` already
 holds. ``admission="full-duplicate"`` writes every chunk (vLLM's ``fs`` behaviour, one
 flag away); any other admission is chosen by name from
-:data:`~aicache.integrations.chunk_tier.CHUNK_ADMISSIONS`. ``admission="hint"``
+:data:`~aicache.kv.admissions.SSD_ADMISSIONS`. ``admission="hint"``
 writes a chunk at its first offer when the offering request's client sent
 ``kv_transfer_params = {"aicache": {"continues": true}}`` (its conversation sends another
 turn; the same object the host policy reads ``session`` and ``turn`` from), SARIA's rule
@@ -67,7 +67,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, Tra
 
 from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
-    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
+    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission, tier_write_budget,
 )
 
 PARAMS_KEY = "aicache"  #: our object in a request's ``kv_transfer_params`` (the host policy's too)
@@ -129,11 +129,13 @@ class SariaSSDTier(SecondaryTierManager):
 
     ``extra`` keys of the ``secondary_tiers`` entry: ``root_dir`` (required), ``ssd_bytes``
     (the byte budget of the slab files, required), ``admission`` (``E2`` default, ``R8``,
-    ``E2∨R8``, ``full-duplicate``, or a name in ``CHUNK_ADMISSIONS``), ``admission_args``
+    ``E2∨R8``, ``full-duplicate``, or a name in ``SSD_ADMISSIONS``), ``admission_args``
     (a JSON object for that admission, e.g. ``oracle``'s ``keys_file``, ``hint``'s
     ``rule``), ``prewrite``
     (default true), ``io_threads``, ``metadata_entries`` (counters kept for chunks not
-    held; default 8 × SSD slots).
+    held; default 8 × SSD slots), ``ssd_write_budget`` (``1DWPD`` of ``ssd_bytes`` or a
+    rate such as ``200MB/s``: the admission spends it, ``budgeted``, or is capped by it) and
+    ``ssd_write_window`` (the window it holds over, default 10 min).
     """
 
     medium: ClassVar[Medium] = Medium.STORAGE
@@ -144,7 +146,9 @@ class SariaSSDTier(SecondaryTierManager):
                  metadata_entries: int | None = None, slab_bytes: int = 32 << 20,
                  admission_args: Mapping[str, object] | None = None,
                  backpressure_detector: BackpressureDetector | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ssd_write_budget: str | None = None,
+                 ssd_write_window: str | float | None = None) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if not root_dir:
             raise BadInput(f"secondary tier {tier_type!r}: set \"root_dir\" to the SSD "
@@ -153,8 +157,10 @@ class SariaSSDTier(SecondaryTierManager):
             raise BadInput(f"secondary tier {tier_type!r}: set \"ssd_bytes\" to the SSD "
                            f"byte budget (e.g. 107374182400 for 100 GiB)")
         self.prewrite = bool(prewrite)
-        self.admission = make_admission(admission, self.prewrite, admission_args)
         row = self.block_size_bytes
+        self.write_budget = tier_write_budget(ssd_write_budget, ssd_write_window, int(ssd_bytes))
+        self.admission = make_admission(admission, self.prewrite, admission_args,
+                                        size_of=lambda n: row, budget=self.write_budget)
         rows = np.asarray(primary_kv_view).view(np.uint8)
         self._rows = rows.reshape(rows.shape[0], -1)[:, :row]
         self._chunks = SlabChunkStore(root_dir, int(ssd_bytes), row, io_threads=int(io_threads),
@@ -342,6 +348,9 @@ class SariaSSDTier(SecondaryTierManager):
         out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
         out["admission"] = self.admission.label
         out.update(self._chunks.ssd_metrics(self._clock() - self._t0))
+        b = self.write_budget
+        out["ssd_write_budget_bps"] = b.bytes_per_s if b is not None else None
+        out["ssd_budget_refusals"] = b.refused if b is not None else None
         out["chunks_held"] = sum(1 for v in self._state.values() if v is ChunkState.STORED)
         return out
 

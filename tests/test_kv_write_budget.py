@@ -1,0 +1,148 @@
+"""The SSD write budget: parsing, the projected drive life against its formula, the
+window invariant by brute force (every window of the ledger's clock, on random charges
+and through the simulator on small generated traces), and the budgeted admission's
+order (returning blocks, then reused ones, then first evictions)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import aicache.sim.kv as simkv
+from aicache.errors import BadInput
+from aicache.kv.budgeted_admission import BudgetedAdmission
+from aicache.kv.radix import RadixNode
+from aicache.kv.write_budget import WriteBudget, life_years, parse_write_budget
+from aicache.sim.kv import KVSimParams, prepare, simulate_kv
+from aicache.traces.gen_agent import generate_agent
+
+
+def _max_window(history: list[tuple[float, int]], window: float) -> int:
+    """The most bytes any window [a, a + window) holds, trying every start: a window's
+    content only changes when a charge enters or leaves it, so the starts worth trying
+    are the charge times."""
+    best = 0
+    for a, _ in history:
+        best = max(best, sum(s for t, s in history if a <= t < a + window))
+    return best
+
+
+def test_parse_budget_in_dwpd_and_rates() -> None:
+    assert parse_write_budget("1DWPD", 86_400_000).bytes_per_s == pytest.approx(1000.0)
+    assert parse_write_budget("0.5 dwpd", 86_400_000).bytes_per_s == pytest.approx(500.0)
+    assert parse_write_budget("200MB/s", 1).bytes_per_s == 200e6
+    assert parse_write_budget("1GiB/s", 1).bytes_per_s == 2 ** 30
+    for bad in ("fast", "0DWPD", "0MB/s", "200MB"):
+        with pytest.raises(BadInput) as e:
+            parse_write_budget(bad, 10 ** 9)
+        assert "\n" not in str(e.value) and "--ssd-write-budget" in str(e.value)
+
+
+def test_projected_life_is_endurance_over_the_write_rate() -> None:
+    # 1 DWPD x 5 years on a 1 TB drive is 1,825 TB; writing 1 TB a day uses it in 5 years
+    assert life_years(10 ** 12, 86_400.0, 10 ** 12) == pytest.approx(5.0)
+    assert life_years(2 * 10 ** 12, 86_400.0, 10 ** 12) == pytest.approx(2.5)
+    assert life_years(0, 86_400.0, 10 ** 12) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ledger_never_exceeds_the_allowance_in_any_window(seed: int) -> None:
+    rng = random.Random(seed)
+    b = WriteBudget(100.0, 10.0, keep_history=True)  # 1,000 B per 10 s window
+    t = 0.0
+    for _ in range(400):
+        t += rng.expovariate(2.0)
+        size = rng.randint(1, 400)
+        if b.fits(size, t):
+            b.charge(size, t)
+    assert b.history and b.refused > 0  # the limit was reached
+    assert _max_window(b.history, 10.0) <= b.allowance
+    assert b.max_window == _max_window(b.history, 10.0)
+
+
+def test_budgeted_admission_spends_on_returning_blocks_first() -> None:
+    size = lambda n: 100  # noqa: E731
+    b = WriteBudget(10.0, 100.0)                     # 1,000 B per window
+    adm = BudgetedAdmission(b, size, pace_window=100.0)
+    back, reused, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1), RadixNode(3, None, 1)
+    back.E, reused.E, reused.R, fresh.E = 2, 1, 1, 1
+    assert [adm.evidence_class(n) for n in (back, reused, fresh)] == [0, 1, 2]
+    for i in range(8):                               # returning demand: 800 B in the window
+        assert adm.at_eviction(back, float(i))
+        adm.on_write(back, 100, float(i))
+    # 800 B spent; a reused or first eviction would leave no room for the demand seen
+    assert not adm.at_eviction(reused, 8.0) and not adm.at_eviction(fresh, 8.0)
+    for t in (8.0, 9.0):                             # returning blocks still fit: 1,000 B
+        assert adm.at_eviction(back, t)
+        adm.on_write(back, 100, t)
+    assert not adm.at_eviction(back, 9.5)            # 1,100 B would exceed the window
+    assert (adm.offered, adm.admitted) == ([11, 1, 1], [10, 0, 0])
+    # a window later the returning demand has passed: a reused block is written again
+    assert adm.at_eviction(reused, 250.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("admission", [None, "full-duplicate", "sglang-selective"])
+def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, admission):
+    """The budget holds over every window of the replay clock, for the budgeted admission
+    and for any admission capped by it; the run reports the projected life."""
+    made: list[WriteBudget] = []
+
+    class Recording(WriteBudget):
+        def __init__(self, bps: float, window: float) -> None:
+            super().__init__(bps, window, keep_history=True)
+            made.append(self)
+
+    monkeypatch.setattr(simkv, "WriteBudget", Recording)
+    reqs = prepare(generate_agent(8, seed=seed), 512)
+    kw = dict(dram_tokens=100_000, ssd_tokens=2_000_000, session_window=1800.0)
+    free = simulate_kv(reqs, KVSimParams(admission=admission or "full-duplicate", **kw)).metrics
+    rate = free["ssd_write_bytes"] / free["duration_s"] / 4  # a quarter of what FD writes
+    m = simulate_kv(reqs, KVSimParams(admission=admission, ssd_write_budget=f"{int(rate)}B/s",
+                                      ssd_write_window=120.0, **kw)).metrics
+    (b,) = made
+    assert b.history and b.refused > 0
+    assert _max_window(b.history, 120.0) <= b.allowance
+    assert m["ssd_write_bytes"] <= b.charged  # withdrawn writes only lower the real count
+    assert m["ssd_write_bytes"] < free["ssd_write_bytes"]
+    assert m["ssd_life_years"] == pytest.approx(life_years(
+        m["ssd_write_bytes"], m["duration_s"], 2_000_000 * 147_456))
+    assert m["ssd_write_budget_bps"] == pytest.approx(int(rate))
+    assert m["admission"] == ("budgeted" if admission is None else f"{admission}@budget")
+
+
+def test_budgeted_without_a_budget_is_a_one_line_error() -> None:
+    with pytest.raises(BadInput, match="--ssd-write-budget"):
+        simkv.validate(KVSimParams(admission="budgeted"))
+    with pytest.raises(BadInput, match="--ssd-write-window"):
+        simkv.validate(KVSimParams(ssd_write_budget="1DWPD", ssd_write_window=0.0))
+
+
+def test_cli_budget_flags_and_unknown_admission(tmp_path, capsys) -> None:
+    import json
+
+    from aicache.cli.main import main
+    from aicache.traces.io import write_kv_jsonl
+
+    path = tmp_path / "t.jsonl"
+    write_kv_jsonl(str(path), prepare_free_trace())
+    base = ["sim", "kv", "--trace", str(path), "--dram-tokens", "1024", "--in-flight", "1",
+            "--json"]
+    assert main(base + ["--ssd-write-budget", "1DWPD", "--ssd-write-window", "1min"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["admission"] == "budgeted" and m["ssd_write_window_s"] == 60.0
+    assert m["ssd_rated_endurance"] == "1 DWPD x 5 years" and "ssd_life_years" in m
+    assert main(base + ["--ssd-write-budget", "lots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--ssd-write-budget" in err
+    assert main(base + ["--admission", "selective"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "sglang-selective" in err and "mooncake-on-evict" in err
+
+
+def prepare_free_trace() -> list:
+    from aicache.traces.base import KVRequest
+
+    return [KVRequest(timestamp=t, input_length=1024, output_length=1, hash_ids=b,
+                      block_tokens=512) for t, b in ((0, [1, 2]), (10, [3, 4]), (20, [1, 2]))]
