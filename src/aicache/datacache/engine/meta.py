@@ -1,10 +1,21 @@
-"""The engine's metadata cache: file size/version (``_meta``, for reads) and the target's
-``info``/``ls`` answers (``_info``, for FUSE attributes), both reused for ``metadata_ttl_s``.
+"""The engine's metadata cache: file size/version (``_meta``, for reads), the target's
+``info`` answers (``_info``: FUSE attributes, the fsspec ``info``/``exists``/``size``…), its
+directory listings (``_lists``: ``ls``, FUSE ``readdir``) and its ``find`` answers
+(``_finds``: ``find``/``glob``), all reused for ``metadata_ttl_s``: within it a metadata call
+asks the remote nothing, past it the next one asks again (bypassing the target's own
+listing cache, which never expires in s3fs).
 
-The two tables stay separate: ``_meta`` holds a :class:`FileMeta` keyed by the stripped path
+The tables stay separate: ``_meta`` holds a :class:`FileMeta` keyed by the stripped path
 and is what block keys are pinned to (a :class:`~aicache.datacache.version.VersionGone` drops
-only it), while ``_info`` holds raw records keyed by the path FUSE asks for, including
-remembered absences; they are invalidated by different events.
+only it), while ``_info`` holds raw records keyed by the path asked for, including
+remembered absences; they are invalidated by different events. A listing or ``find``
+answer also fills ``_info`` with its entries (as old as the listing), so the ``info`` of a
+listed file is no second request. ``_meta`` is never filled from ``_info``: a read pins the
+version it opened, and opening from a listing entry the remote has since replaced would
+fail the first read (ESTALE) instead of reading the current version.
+
+Every answer handed out is the cached record itself: callers copy before changing one
+(the fsspec filesystem does).
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ class MetadataCache:
     _meta: dict[str, tuple[FileMeta, float]]
     _info: dict[str, tuple[dict[str, Any] | None, float]]
     _target_since: dict[str, float]
+    _lists: dict[str, tuple[list[dict[str, Any]], float]]
+    _finds: dict[tuple[str, int | None, bool], tuple[dict[str, dict[str, Any]], float]]
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
 
@@ -74,6 +87,7 @@ class MetadataCache:
         self._ensure_mapped(meta)
         with self._lock:
             self._meta[path] = (meta, now)
+        self._remember_info(path, info, now)
         return meta
 
     def forget(self, path: str) -> None:
@@ -121,8 +135,12 @@ class MetadataCache:
 
     def ls(self, path: str) -> list[dict[str, Any]]:
         """The target's detailed listing of directory ``path``, no older than
-        ``metadata_ttl_s``, through the remote's retries and timeout; each entry's ``info``
-        is cached under ``path/NAME`` as old as the listing may be."""
+        ``metadata_ttl_s`` (reused within it), through the remote's retries and timeout;
+        each entry's ``info`` is cached under ``path/NAME`` as old as the listing may be."""
+        now = self._clock()
+        hit = self._lists.get(path)  # a dict read is atomic: no lock
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
         since = self.target_cache_since(path)
         entries: list[dict[str, Any]] = self._remote(self.target.ls, path, detail=True)
         base = path.rstrip("/")
@@ -130,7 +148,40 @@ class MetadataCache:
             name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
             if name:
                 self._remember_info(f"{base}/{name}", e, since)
+        with self._lock:
+            if len(self._lists) >= 1 << 14:  # bounded: a cleared listing is asked again
+                self._lists.clear()
+            self._lists[path] = (entries, since)
         return entries
+
+    def find(self, path: str, maxdepth: int | None = None,
+             withdirs: bool = False) -> dict[str, dict[str, Any]]:
+        """The target's ``find(path, maxdepth, withdirs, detail=True)`` (name → info), no
+        older than ``metadata_ttl_s`` (reused within it, per arguments), through the
+        remote's retries and timeout; each entry's ``info`` is cached as old as the answer."""
+        key = (path, maxdepth, withdirs)
+        now = self._clock()
+        hit = self._finds.get(key)
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        since = self.target_cache_since(path, subtree=True)
+        found: dict[str, dict[str, Any]] = self._remote(
+            self.target.find, path, maxdepth=maxdepth, withdirs=withdirs, detail=True)
+        for name, e in found.items():
+            self._remember_info(str(name).rstrip("/"), e, since)
+        with self._lock:
+            if len(self._finds) >= 1 << 12:
+                self._finds.clear()
+            self._finds[key] = (found, since)
+        return found
+
+    def forget_listings(self, path: str) -> None:
+        """Drop the cached listings and ``find`` answers of ``path`` (a caller's
+        ``refresh=True``): the next ones ask the remote."""
+        with self._lock:
+            self._lists.pop(path, None)
+            for key in [k for k in self._finds if k[0] == path]:
+                del self._finds[key]
 
     def forget_info(self, path: str) -> None:
         """Drop ``path``'s cached ``info`` (its attributes predate the version opened)."""
