@@ -20,6 +20,8 @@ from the same options (see :mod:`aicache.datacache.sharing`).
 
 Options may be given as strings too (``"1GiB"``, ``"true"``, ``"8"``, ``"30s"``; Polars
 passes every storage option as one); a value that is none of its forms is a ``BadInput``.
+Options that are not aicache's go to the target built from ``target_protocol`` (below those
+in ``target_options``), so one flat dict serves both layers of a chained URL.
 
 Read-only towards the remote: ``open`` (mode ``rb``), ``cat``/``cat_file`` (ranges
 included), ``ls``, ``info``, ``find``/``glob``, ``exists``, ``modified`` behave as the
@@ -126,7 +128,11 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
             if target_protocol is None:
                 raise BadInput("aicache needs a target: pass target_protocol='s3' (or fs=...) "
                                "or chain a URL like aicache::s3://bucket/path")
-            fs = fsspec.filesystem(target_protocol, **_target_options(target_options))
+            # options that are not aicache's belong to the target: a client that hands one
+            # flat dict to fsspec.open("aicache::s3://…", **options) (Polars) gives them here
+            # (not fsspec's asynchronous/loop: they say how *this* instance is called)
+            flat = {k: v for k, v in kwargs.items() if k not in ("asynchronous", "loop")}
+            fs = fsspec.filesystem(target_protocol, **{**flat, **_target_options(target_options)})
         self.fs = fs
         self._paths: dict[str, str] = {}
         self.target_protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]

@@ -66,7 +66,9 @@ class MetadataCache:
 
     def stat(self, path: str) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
-        older than that, since a remote stat bypasses the target's own listing cache)."""
+        older than that, since a remote stat bypasses the target's own listing cache). A
+        path found missing (or a directory) is remembered as such for the TTL as well
+        (readers such as zarr probe for files that do not exist on every open)."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -75,13 +77,24 @@ class MetadataCache:
         meta = self._cached_meta(path, now)
         if meta is not None:
             return meta
+        known = self._info.get(path)  # a remembered absence or directory, within the TTL
+        if known is not None and now - known[1] < self.params.metadata_ttl_s:
+            if known[0] is None:
+                raise FileNotFoundError(path)
+            if known[0].get("type", "file") == "directory":
+                raise IsADirectoryError(path)
         self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
         try:
             info = self._remote(self.target.info, path)
             if info.get("type", "file") == "directory":
+                self._remember_info(path, info, now)
                 raise IsADirectoryError(path)
             meta = file_meta(self.versions, path, info)
-        except (FileNotFoundError, IsADirectoryError):
+        except FileNotFoundError:
+            self.forget(path)
+            self._remember_info(path, None, now)
+            raise
+        except IsADirectoryError:
             self.forget(path)
             raise
         self._ensure_mapped(meta)
