@@ -140,8 +140,8 @@ def test_duckdb_queries_parquet_and_csv_and_a_warm_query_asks_the_remote_nothing
     con = duckdb.connect()
     con.register_filesystem(fsspec.filesystem("aicache", **_defaults(s3)))
     query = f"SELECT id, x, tag FROM read_parquet('aicache://{BUCKET}/tab/t.parquet') ORDER BY id"
-    assert con.sql(query).arrow().read_all().equals(ref)
-    warm, calls = _requests_during(s3, lambda: con.sql(query).arrow().read_all())
+    assert con.sql(query).to_arrow_table().equals(ref)
+    warm, calls = _requests_during(s3, lambda: con.sql(query).to_arrow_table())
     assert warm.equals(ref) and calls == Counter()
     csv = con.sql(f"SELECT count(*), sum(id), sum(x) FROM read_csv('aicache://{BUCKET}/csv/t.csv')")
     n, ids, xs = csv.fetchall()[0]

@@ -222,6 +222,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
         return self.engine.info(self._target_path(path))
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("refresh"):
+            self.engine.forget_info(self._target_path(path))
         rec = self._info_of(path)
         if rec is None:
             raise FileNotFoundError(path)

@@ -121,7 +121,8 @@ def start_s3(buckets: tuple[str, ...] = ()) -> S3Server:
     s3 = S3Server(endpoint_url=f"http://127.0.0.1:{port}", server=server)
     # the WSGI server looks its application up per request: counting wraps it in place
     wsgi = server._server  # noqa: SLF001 - moto exposes no hook for this
-    wsgi.app = s3.requests.wrap(wsgi.app)
+    if wsgi is not None:  # set by start(), which returns once the server is ready
+        wsgi.app = s3.requests.wrap(wsgi.app)
     fs = s3.filesystem()
     for b in buckets:  # moto's state is per Python process: a bucket may already exist
         if not fs.exists(b):

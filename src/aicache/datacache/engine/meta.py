@@ -10,9 +10,11 @@ and is what block keys are pinned to (a :class:`~aicache.datacache.version.Versi
 only it), while ``_info`` holds raw records keyed by the path asked for, including
 remembered absences; they are invalidated by different events. A listing or ``find``
 answer also fills ``_info`` with its entries (as old as the listing), so the ``info`` of a
-listed file is no second request. ``_meta`` is never filled from ``_info``: a read pins the
-version it opened, and opening from a listing entry the remote has since replaced would
-fail the first read (ESTALE) instead of reading the current version.
+listed file is no second request, and :meth:`stat` reads a fresh ``_info`` record (an
+``info``, a listing or ``find`` entry, a remembered absence) before it asks the remote:
+``info`` then ``open`` (pyarrow's order) is one HEAD, and a globbed file none. A listing
+entry is as good a version as a stat's (the block map adopts them too): it lacks only an
+S3 VersionId, and reads of it are then pinned by ``If-Match``.
 
 Every answer handed out is the cached record itself: callers copy before changing one
 (the fsspec filesystem does).
@@ -60,6 +62,9 @@ class MetadataCache:
     _info: dict[str, tuple[dict[str, Any] | None, float]]
     _target_since: dict[str, float]
     _lists: dict[str, tuple[list[dict[str, Any]], float]]
+    _listed: set[str]
+    #: folders being mapped by a first stat → the lock its siblings' stats wait on
+    _mapping: dict[str, threading.Lock]
     _finds: dict[tuple[str, int | None, bool], tuple[dict[str, dict[str, Any]], float]]
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
@@ -68,7 +73,8 @@ class MetadataCache:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
         older than that, since a remote stat bypasses the target's own listing cache). A
         path found missing (or a directory) is remembered as such for the TTL as well
-        (readers such as zarr probe for files that do not exist on every open)."""
+        (readers such as zarr probe for files that do not exist on every open); a fresh
+        ``info`` or listing record of the file answers without a request."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -77,30 +83,56 @@ class MetadataCache:
         meta = self._cached_meta(path, now)
         if meta is not None:
             return meta
-        known = self._info.get(path)  # a remembered absence or directory, within the TTL
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
+        if parent in self._listed:
+            return self._stat_remote(path, now)
+        # the first stats of a folder not mapped yet: one of them asks the remote and maps the
+        # folder (one listing, whose entries answer the others); concurrent readers of its
+        # other files (zarr reads chunks in parallel) wait for that instead of asking too
+        with self._folder_lock(parent):
+            meta = self._cached_meta(path, self._clock())
+            if meta is not None:
+                return meta
+            try:
+                return self._stat_remote(path, now)
+            finally:
+                with self._lock:
+                    if parent in self._listed:
+                        self._mapping.pop(parent, None)
+
+    def _folder_lock(self, parent: str) -> threading.Lock:
+        with self._lock:
+            lock = self._mapping.get(parent)
+            if lock is None:
+                if len(self._mapping) >= 1 << 14:  # bounded (folders of missing paths stay):
+                    self._mapping.clear()  # a waiter keeps its lock; later ones make new ones
+                lock = self._mapping[parent] = threading.Lock()
+            return lock
+
+    def _stat_remote(self, path: str, now: float) -> FileMeta:
+        """:meth:`stat` of a stripped ``path`` not in ``_meta``: from a fresh ``_info``
+        record, else from the remote; maps the file's folder (``_ensure_mapped``)."""
+        info: dict[str, Any] | None
+        known = self._info.get(path)  # an info or listing answer within the TTL
         if known is not None and now - known[1] < self.params.metadata_ttl_s:
-            if known[0] is None:
-                raise FileNotFoundError(path)
-            if known[0].get("type", "file") == "directory":
-                raise IsADirectoryError(path)
-        self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
-        try:
-            info = self._remote(self.target.info, path)
-            if info.get("type", "file") == "directory":
-                self._remember_info(path, info, now)
-                raise IsADirectoryError(path)
-            meta = file_meta(self.versions, path, info)
-        except FileNotFoundError:
+            info, asked = known
+        else:
+            self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+            try:
+                info, asked = self._remote(self.target.info, path), now
+            except FileNotFoundError:
+                info, asked = None, now
+            self._remember_info(path, info, now)
+        if info is None:
             self.forget(path)
-            self._remember_info(path, None, now)
-            raise
-        except IsADirectoryError:
+            raise FileNotFoundError(path)
+        if info.get("type", "file") == "directory":
             self.forget(path)
-            raise
+            raise IsADirectoryError(path)
+        meta = file_meta(self.versions, path, info)
         self._ensure_mapped(meta)
         with self._lock:
-            self._meta[path] = (meta, now)
-        self._remember_info(path, info, now)
+            self._meta[path] = (meta, asked)
         return meta
 
     def forget(self, path: str) -> None:
