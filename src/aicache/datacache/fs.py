@@ -48,7 +48,8 @@ kept memory-mapped, so their hits copy from mapped pages instead of calling ``pr
 ``metadata_ttl`` (seconds, default 60): how long ``open``, ``ls``, ``info`` (``size``,
 ``exists``, ``isfile``, ``isdir``, ``modified``) and ``find`` (``glob``) answer from the
 engine's metadata cache: within it they ask the remote nothing after the first call, past
-it the next call asks again (the target's own listing cache is bypassed). An open file reads the version it opened, start to end, or fails with ESTALE once the
+it the next call asks again (the target's own listing cache is bypassed). An open file
+reads the version it opened, start to end, or fails with ESTALE once the
 remote no longer holds that version (:mod:`aicache.datacache.version`).
 
 ``cache_mode`` (default ``0o600``: owner-only; e.g. ``"0640"`` for a cache shared with a
