@@ -211,6 +211,7 @@ def test_hf_datasets_load_and_stream_on_the_default_cache_dir_beside_another_tar
     The URL is ``aicache://…`` with the target in ``storage_options["aicache"]``: a chained
     ``aicache::s3://…`` data file is not a URL ``datasets`` keeps whole (it re-appends the
     part after ``::`` to every file it globs)."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # nothing under the user's home
     import datasets
 
     (tmp_path / "local").mkdir()
