@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import weakref
 from typing import Any
@@ -88,6 +89,8 @@ from aicache.datacache.store import check_cache_mode
 from aicache.datacache.version import target_token
 from aicache.errors import BadInput
 from aicache.units import parse_bool, parse_count, parse_ratio, parse_seconds, parse_size
+
+log = logging.getLogger("aicache.datacache")
 
 
 class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]  # fsspec is untyped (Any)
@@ -350,7 +353,14 @@ def _target_in_child(fs: AbstractFileSystem) -> AbstractFileSystem:
     opts = getattr(fs, "storage_options", None)
     if opts is None:
         return fs
-    return type(fs)(*getattr(fs, "storage_args", ()), **{**opts, "skip_instance_cache": True})
+    try:
+        fresh: AbstractFileSystem = type(fs)(*getattr(fs, "storage_args", ()),
+                                             **{**opts, "skip_instance_cache": True})
+    except Exception as exc:  # noqa: BLE001 - a target that cannot be rebuilt: try the inherited one
+        log.warning("aicache: could not rebuild the %s target in a forked child (%s: %s); "
+                    "reading through the parent's", type(fs).__name__, type(exc).__name__, exc)
+        return fs
+    return fresh
 
 
 def _as_datetime(value: Any) -> datetime.datetime | None:

@@ -114,7 +114,9 @@ class MetadataCache:
         record, else from the remote; maps the file's folder (``_ensure_mapped``)."""
         info: dict[str, Any] | None
         known = self._info.get(path)  # an info or listing answer within the TTL
-        if known is not None and now - known[1] < self.params.metadata_ttl_s:
+        if known is not None and now - known[1] < self.params.metadata_ttl_s and (
+                known[0] is None or known[0].get("type") == "directory"
+                or known[0].get("size") is not None):  # (an HTTP index lists no sizes)
             info, asked = known
         else:
             self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
