@@ -10,7 +10,7 @@ from aicache.errors import BadInput, UnknownName
 from aicache.policies import EVICTION, make_eviction
 from aicache.registry import Registry
 from aicache.sim.cache import Cache
-from aicache.units import parse_duration, parse_size
+from aicache.units import parse_bool, parse_count, parse_duration, parse_ratio, parse_seconds, parse_size
 
 
 def test_registry_lists_valid_names_on_typo() -> None:
@@ -40,6 +40,32 @@ def test_unknown_eviction_policy_is_bad_input() -> None:
 )
 def test_parse_size(text: str, total: int | None, expected: int) -> None:
     assert parse_size(text, total=total) == expected
+
+
+@pytest.mark.parametrize("given, expected", [
+    (True, True), ("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True), (1, True),
+    (False, False), ("false", False), ("0", False), ("no", False), ("off", False), ("", False), (0, False)])
+def test_parse_bool_reads_the_string_forms_clients_send(given: object, expected: bool) -> None:
+    assert parse_bool(given, what="flag") is expected
+
+
+@pytest.mark.parametrize("bad", ["perhaps", "2", 2, "truthy"])
+def test_parse_bool_refuses_anything_else_by_name(bad: object) -> None:
+    with pytest.raises(BadInput, match="share_engine"):
+        parse_bool(bad, what="share_engine")
+
+
+def test_numbers_in_their_string_forms() -> None:
+    assert parse_count("8", what="n") == parse_count(8, what="n") == 8
+    assert parse_seconds("60", what="t") == parse_seconds(60, what="t") == 60.0
+    assert parse_seconds("5min", what="t") == 300.0
+    assert parse_seconds("none", what="t", optional=True) is None
+    assert parse_ratio("0.25", what="r") == 0.25
+    for fn, bad in [(parse_count, "8.5"), (parse_count, "-1"), (parse_count, True),
+                    (parse_seconds, "-2"), (parse_seconds, None), (parse_ratio, "nan"),
+                    (parse_ratio, "half")]:
+        with pytest.raises(BadInput, match="the_option"):
+            fn(bad, what="the_option")
 
 
 @pytest.mark.parametrize("bad", ["4 GiBs", "abc", "%", "-1"])

@@ -1,7 +1,8 @@
-"""One engine per cache directory per process (:mod:`aicache.datacache.sharing`): the
-README's ``fsspec.open("aicache::s3://…")`` loop keeps threads and descriptors flat, equal
-options share, different ones are refused, engines close with their last filesystem, and a
-forked worker gets an engine of its own."""
+"""One engine per cache directory and target per process (:mod:`aicache.datacache.sharing`):
+the README's ``fsspec.open("aicache::s3://…")`` loop keeps threads and descriptors flat,
+equal options share, different ones are refused, several targets share one directory
+without mixing their blocks, engines close with their last filesystem, and a forked worker
+gets an engine of its own."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from fsspec.spec import AbstractFileSystem
 
 from aicache.datacache.fs import AICacheFileSystem
 from aicache.datacache.sharing import ENGINES
@@ -83,8 +85,9 @@ def test_other_options_on_an_open_cache_dir_are_refused_by_name(local) -> None:
     assert "another cache_dir" in str(e.value)
     with pytest.raises(BadInput, match=r"cache_size=.*policy='lru' \(open: 'chiron'\)"):
         _chained(path, _opts(tmp_path, cache_size="8MiB", policy="lru"))
-    with pytest.raises(BadInput, match="another target"):
-        AICacheFileSystem(target_protocol="memory", **_opts(tmp_path))
+    # another target is an engine of its own on the same directory, with the same options only
+    with pytest.raises(BadInput, match=r"block_size=131072 \(open: 65536\)"):
+        AICacheFileSystem(target_protocol="memory", **_opts(tmp_path, block_size=2 * BLOCK))
     # another cache dir is another engine; skip_instance_cache gives a private one
     got, other = _chained(path, _opts(tmp_path, cache_dir=str(tmp_path / "c2"), block_size=2 * BLOCK))
     assert got == files[path]
@@ -96,6 +99,62 @@ def test_other_options_on_an_open_cache_dir_are_refused_by_name(local) -> None:
     finally:
         private.close()
     assert private.engine._closed
+
+
+class _TwinStore(AbstractFileSystem):
+    """A generic target (no ETag, no inode): each ``store`` option names its own files, all
+    with one mtime, so two stores can hold one path with one size and one mtime."""
+
+    protocol = "twin-test"
+    STORES: dict[str, dict[str, bytes]] = {}
+
+    def __init__(self, store: str, **kwargs: object) -> None:
+        super().__init__(store=store, **kwargs)
+        self.files = self.STORES[store]
+
+    def _entry(self, path: str) -> dict[str, object]:
+        return {"name": path, "size": len(self.files[path]), "type": "file", "mtime": 1.0e9}
+
+    def info(self, path: str, **kwargs: object) -> dict[str, object]:
+        path = self._strip_protocol(path)
+        if path in self.files:
+            return self._entry(path)
+        if any(f.startswith(path.rstrip("/") + "/") for f in self.files):
+            return {"name": path, "size": 0, "type": "directory"}
+        raise FileNotFoundError(path)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: object) -> list[object]:
+        path = self._strip_protocol(path).rstrip("/")
+        out = [self._entry(f) for f in sorted(self.files) if f.rsplit("/", 1)[0] == path]
+        return out if detail else [e["name"] for e in out]
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None,
+                 **kwargs: object) -> bytes:
+        return self.files[self._strip_protocol(path)][start:end]
+
+
+def test_two_targets_share_one_cache_dir_and_never_each_others_blocks(local) -> None:
+    """The default cache dir serves every target of a process: one engine per target, and
+    one path with one size and one mtime on two generic targets (whose versions would
+    otherwise be equal) reads each target's own bytes, cold and warm."""
+    tmp_path, _files = local
+    _TwinStore.STORES.update(a={"/d/x.bin": b"a" * (BLOCK + 5)}, b={"/d/x.bin": b"b" * (BLOCK + 5)})
+    fa = AICacheFileSystem(fs=_TwinStore(store="a"), **_opts(tmp_path))
+    fb = AICacheFileSystem(fs=_TwinStore(store="b"), **_opts(tmp_path))
+    assert fa.engine is not fb.engine
+    assert ENGINES.engines_of(os.path.realpath(tmp_path / "cache")) == 2
+    for _ in range(2):  # cold, then from the cache
+        assert fa.cat_file("/d/x.bin") == _TwinStore.STORES["a"]["/d/x.bin"]
+        assert fb.cat_file("/d/x.bin") == _TwinStore.STORES["b"]["/d/x.bin"]
+    assert fa.engine.metrics.value("hits") >= 2 and fb.engine.metrics.value("hits") >= 2
+    # the same store reached again (another instance, equal options) shares the blocks
+    fa2 = AICacheFileSystem(fs=_TwinStore(store="a", skip_instance_cache=True),
+                            **_opts(tmp_path, skip_instance_cache=True))
+    try:
+        assert fa2.cat_file("/d/x.bin") == _TwinStore.STORES["a"]["/d/x.bin"]
+        assert fa2.engine.metrics.value("misses") == 0
+    finally:
+        fa2.close()
 
 
 def test_the_engine_closes_with_its_last_filesystem(local) -> None:

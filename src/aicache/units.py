@@ -68,6 +68,67 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
     return float(m.group(1)) * _DUR[m.group(2).lower()]
 
 
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+def parse_bool(value: str | bool | int, *, what: str = "option") -> bool:
+    """A flag given as a bool or as the string a URL, a config file or a client that passes
+    every option as text (Polars' ``storage_options``) writes: ``true``/``false``,
+    ``1``/``0``, ``yes``/``no``, ``on``/``off``. Anything else is a BadInput: ``bool("false")``
+    is True, so a lenient cast would turn an explicit "off" into "on"."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    v = str(value).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise BadInput(f"{what} {value!r} is not true or false; give true or false")
+
+
+def parse_count(value: str | int, *, what: str = "count", minimum: int = 0) -> int:
+    """A whole number ≥ ``minimum``, given as an int or its decimal text (``"8"``)."""
+    if isinstance(value, bool):
+        raise BadInput(f"{what} {value!r} is not a whole number; give e.g. 8")
+    try:
+        n = int(value) if isinstance(value, int) else int(str(value).strip())
+    except ValueError:
+        raise BadInput(f"{what} {value!r} is not a whole number; give e.g. 8") from None
+    if n < minimum:
+        raise BadInput(f"{what} {value!r} is below {minimum}; give a number ≥ {minimum}")
+    return n
+
+
+def parse_seconds(value: str | int | float | None, *, what: str = "duration",
+                  optional: bool = False) -> float | None:
+    """Non-negative seconds from a number or a duration text (``"60"``, ``"30s"``,
+    ``"5min"``); with ``optional``, None or ``"none"``/``""`` mean "no limit"."""
+    if optional and (value is None or str(value).strip().lower() in ("", "none")):
+        return None
+    if value is None or isinstance(value, bool):
+        raise BadInput(f"{what} {value!r} is not a duration; give seconds, e.g. 60 or 30s")
+    s = parse_duration(value, what=what)
+    if not math.isfinite(s) or s < 0:
+        raise BadInput(f"{what} {value!r} is not a non-negative duration; give e.g. 60 or 30s")
+    return s
+
+
+def parse_ratio(value: str | int | float, *, what: str = "ratio") -> float:
+    """A number given as a float or its text (``"0.1"``)."""
+    if isinstance(value, bool):
+        raise BadInput(f"{what} {value!r} is not a number; give e.g. 0.1")
+    try:
+        r = float(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"{what} {value!r} is not a number; give e.g. 0.1") from None
+    if not math.isfinite(r):
+        raise BadInput(f"{what} {value!r} is not a finite number; give e.g. 0.1")
+    return r
+
+
 def format_bytes(n: float) -> str:
     """Human-readable binary size, e.g. ``1.5 GiB``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

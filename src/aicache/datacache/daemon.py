@@ -19,8 +19,12 @@ no answer (the client decides locally, as when the daemon fails), never raised i
 
 Lifetime: the first client that finds no daemon starts one (``python -m
 aicache.datacache.daemon``, its own session, log in ``CACHE_DIR/daemon.log``); an
-``flock`` on ``CACHE_DIR/daemon.lock`` makes it the only one; it exits after
-``--idle-exit`` seconds without clients. If the daemon dies, stops (SIGSTOP) or wedges,
+``flock`` on ``CACHE_DIR/daemon.lock`` makes it the only one; it exits
+:data:`IDLE_EXIT_S` seconds (``--idle-exit``) after its last client disconnected, so a job's
+daemon goes with the job. Short on purpose: a process that holds a filesystem keeps its
+connection, so only a gap with no reading process at all (between two jobs, or between two
+epochs when only the workers read) outlasts it, and the next client then starts a fresh
+daemon — decisions start over, the cached blocks stay. If the daemon dies, stops (SIGSTOP) or wedges,
 a client's call gives up after ``daemon_timeout_s`` (EngineParams), the client falls back
 to a policy of its own (logged) and keeps reading, and reconnects in the background with
 backoff once the daemon answers again: the daemon improves decisions, the store guarantees
@@ -60,6 +64,8 @@ from aicache.errors import BadInput
 log = logging.getLogger("aicache.daemon")
 
 SOCK = "policy.sock"
+#: seconds a daemon with no client waits before it exits (see the module docstring)
+IDLE_EXIT_S = 10.0
 
 
 Driver = SystemDriver[BlockKey]
@@ -122,7 +128,7 @@ def _socket_mode(cache_dir: str) -> int:
 class PolicyDaemon:
     """Serves one SystemDriver over ``cache_dir/policy.sock`` (threads: one per client)."""
 
-    def __init__(self, cache_dir: str, policy: Driver, idle_exit_s: float = 300.0) -> None:
+    def __init__(self, cache_dir: str, policy: Driver, idle_exit_s: float = IDLE_EXIT_S) -> None:
         self.cache_dir = cache_dir
         self.policy = policy
         self.idle_exit_s = idle_exit_s
@@ -616,7 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policy", default="chiron")
     ap.add_argument("--advisor", default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--idle-exit", type=float, default=300.0, help="exit after this many idle seconds")
+    ap.add_argument("--idle-exit", type=float, default=IDLE_EXIT_S,
+                    help="exit this many seconds after the last client disconnected")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.makedirs(args.cache_dir, exist_ok=True)

@@ -7,17 +7,26 @@ Usage::
     with fsspec.open("aicache::s3://bucket/data/x.bin", s3={...}, aicache={"cache_size": "10GiB"}) as f:
         f.read()
 
-Engines: the filesystems of one process that name one cache directory read through one
-engine (one policy, one prefetch pool, one index connection), so a loop of
+Engines: the filesystems of one process that name one cache directory and one target
+read through one engine (one policy, one prefetch pool, one index connection), so a loop of
 ``fsspec.open("aicache::…")`` — an instance per thread, each file's path stripped from
-fsspec's instance key — stays at one engine. Asking for an open cache directory with other
-options (block size, budget, policy, target…) is a ``BadInput`` naming them;
-``skip_instance_cache=True`` gives a private engine. An engine closes with the last
-filesystem using it; a forked child takes its own (see :mod:`aicache.datacache.sharing`).
+fsspec's instance key — stays at one engine; another target (or the same store with other
+options) gets its own engine on the same directory, so the default cache directory serves
+them all. Asking for an open cache directory with other options (block size, budget,
+policy…) is a ``BadInput`` naming them; ``skip_instance_cache=True`` gives a private engine.
+An engine closes with the last filesystem using it; a forked child (a DataLoader worker of
+a filesystem made at module level) takes its own engine and a new target filesystem built
+from the same options (see :mod:`aicache.datacache.sharing`).
+
+Options may be given as strings too (``"1GiB"``, ``"true"``, ``"8"``, ``"30s"``; Polars
+passes every storage option as one); a value that is none of its forms is a ``BadInput``.
+Options that are not aicache's go to the target built from ``target_protocol`` (below those
+in ``target_options``), so one flat dict serves both layers of a chained URL.
 
 Read-only towards the remote: ``open`` (mode ``rb``), ``cat``/``cat_file`` (ranges
-included), ``ls``, ``info``, ``find``, ``exists`` behave as the target's; bytes come through
-:class:`~aicache.datacache.engine.CacheEngine` by block. Writing raises ``PermissionError``.
+included), ``ls``, ``info``, ``find``/``glob``, ``exists``, ``modified`` behave as the
+target's; bytes come through :class:`~aicache.datacache.engine.CacheEngine` by block.
+Writing raises ``PermissionError``.
 
 Unlike fsspec's ``simplecache``/``blockcache``, the cache is bounded (``cache_size``),
 persistent across restarts, checksummed, and safe to share between processes; the policy
@@ -36,9 +45,11 @@ or never (see :mod:`aicache.datacache.store`).
 kept memory-mapped, so their hits copy from mapped pages instead of calling ``pread``
 (see :mod:`aicache.datacache.mapped`).
 
-``metadata_ttl`` (seconds, default 60): how long ``open``, ``ls``, ``info`` and ``find``
-may use metadata older than the remote's (the target's own listing cache is bypassed past
-it). An open file reads the version it opened, start to end, or fails with ESTALE once the
+``metadata_ttl`` (seconds, default 60): how long ``open``, ``ls``, ``info`` (``size``,
+``exists``, ``isfile``, ``isdir``, ``modified``) and ``find`` (``glob``) answer from the
+engine's metadata cache: within it they ask the remote nothing after the first call, past
+it the next call asks again (the target's own listing cache is bypassed). An open file
+reads the version it opened, start to end, or fails with ESTALE once the
 remote no longer holds that version (:mod:`aicache.datacache.version`).
 
 ``cache_mode`` (default ``0o600``: owner-only; e.g. ``"0640"`` for a cache shared with a
@@ -54,6 +65,9 @@ An open file keeps the last block it read, so many small reads inside one block 
 
 from __future__ import annotations
 
+import datetime
+import json
+import logging
 import os
 import weakref
 from typing import Any
@@ -61,20 +75,33 @@ from typing import Any
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
-from fsspec.utils import tokenize
 
-from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, default_cache_dir
-from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.budget import check_free_space_ratio
+from aicache.datacache.engine import (
+    CacheEngine,
+    DaemonMode,
+    EngineParams,
+    FileMeta,
+    default_cache_dir,
+)
+from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode
-from aicache.units import parse_size
+from aicache.datacache.version import target_token
+from aicache.errors import BadInput
+from aicache.units import parse_bool, parse_count, parse_ratio, parse_seconds, parse_size
+
+log = logging.getLogger("aicache.datacache")
 
 
 class _SkipMeansPrivate(type(ChainedFileSystem)):  # type: ignore[misc]  # fsspec is untyped (Any)
     """fsspec's ``skip_instance_cache=True`` ("a fresh instance, shared with nobody") also
-    gives the instance a private engine; fsspec consumes that flag before ``__init__``."""
+    gives the instance a private engine; fsspec consumes that flag before ``__init__``
+    (as truthy: a client's ``"false"`` is read as a bool here first)."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if "skip_instance_cache" in kwargs:
+            kwargs["skip_instance_cache"] = parse_bool(kwargs["skip_instance_cache"],
+                                                       what="skip_instance_cache")
         if kwargs.get("skip_instance_cache"):
             kwargs.setdefault("share_engine", False)
         return super().__call__(*args, **kwargs)
@@ -88,42 +115,53 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
     #: ``fsspec.open("aicache::s3://…")`` got its own instance (and engine)
     _strip_tokenize_options = ("fo",)
 
-    def __init__(self, target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
+    def __init__(self, target_protocol: str | None = None,
+                 target_options: dict[str, Any] | str | None = None,
                  fs: AbstractFileSystem | None = None, cache_dir: str | None = None,
                  cache_size: str | int = "10GiB", block_size: str | int = "4MiB",
-                 policy: Any = "chiron", advisor: Any = None, max_prefetch: int = 8,
-                 max_prefetch_bytes: str | int = "256MiB", retries: int = 3,
-                 request_timeout: float | None = None, metadata_ttl: float = 60.0,
-                 seed: int = 0, root: str = "", daemon: bool | str = False, fo: str = "",
+                 policy: Any = "chiron", advisor: Any = None, max_prefetch: int | str = 8,
+                 max_prefetch_bytes: str | int = "256MiB", retries: int | str = 3,
+                 request_timeout: float | str | None = None, metadata_ttl: float | str = 60.0,
+                 seed: int | str = 0, root: str = "", daemon: bool | str = False, fo: str = "",
                  verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
-                 share_engine: bool = True, cache_mode: int | str = 0o600,
-                 free_space_ratio: float = 0.1,
+                 share_engine: bool | str = True, cache_mode: int | str = 0o600,
+                 free_space_ratio: float | str = 0.1,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
-                from aicache.errors import BadInput
-
                 raise BadInput("aicache needs a target: pass target_protocol='s3' (or fs=...) "
                                "or chain a URL like aicache::s3://bucket/path")
-            fs = fsspec.filesystem(target_protocol, **(target_options or {}))
+            # options that are not aicache's belong to the target: a client that hands one
+            # flat dict to fsspec.open("aicache::s3://…", **options) (Polars) gives them here
+            # (not fsspec's asynchronous/loop: they say how *this* instance is called)
+            flat = {k: v for k, v in kwargs.items() if k not in ("asynchronous", "loop")}
+            fs = fsspec.filesystem(target_protocol, **{**flat, **_target_options(target_options)})
         self.fs = fs
         self._paths: dict[str, str] = {}
         self.target_protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        params = EngineParams(block_size=parse_size(block_size, what="block size"),
-                              max_prefetch=int(max_prefetch),
-                              max_prefetch_bytes=parse_size(max_prefetch_bytes, what="prefetch bytes"),
-                              retries=int(retries), request_timeout_s=request_timeout,
-                              metadata_ttl_s=float(metadata_ttl), seed=int(seed),
-                              verify=verify_checksum,
-                              mmap_bytes=parse_size(mmap_bytes, what="mmap bytes"),
+        # every option also in its string form: clients such as Polars hand storage
+        # options over as strings ("1GiB", "true", "8"), and nonsense is a BadInput
+        params = EngineParams(block_size=parse_size(block_size, what="block_size"),
+                              max_prefetch=parse_count(max_prefetch, what="max_prefetch"),
+                              max_prefetch_bytes=parse_size(max_prefetch_bytes,
+                                                            what="max_prefetch_bytes"),
+                              retries=parse_count(retries, what="retries"),
+                              request_timeout_s=parse_seconds(request_timeout, what="request_timeout",
+                                                              optional=True),
+                              metadata_ttl_s=_seconds(metadata_ttl, "metadata_ttl"),
+                              seed=parse_count(seed, what="seed"),
+                              verify=str(verify_checksum).strip().lower(),
+                              mmap_bytes=parse_size(mmap_bytes, what="mmap_bytes"),
                               cache_mode=check_cache_mode(cache_mode),
-                              free_space_ratio=check_free_space_ratio(free_space_ratio))
+                              free_space_ratio=check_free_space_ratio(
+                                  parse_ratio(free_space_ratio, what="free_space_ratio")))
         self._spec = EngineSpec(
             cache_dir=os.path.realpath(os.path.expanduser(cache_dir or default_cache_dir())),
-            target=_target_token(fs), cache_size=parse_size(cache_size, what="cache size"),
-            policy=policy, advisor=advisor, params=params, root=root, daemon=daemon)
-        self._share = bool(share_engine)
+            target=target_token(fs), cache_size=parse_size(cache_size, what="cache_size"),
+            policy=policy, advisor=None if advisor in ("", "none", "None") else advisor,
+            params=params, root=root, daemon=DaemonMode.of(daemon))
+        self._share = parse_bool(share_engine, what="share_engine")
         self._engine: CacheEngine | None = None
         self._generation = -1
         self._release: weakref.finalize[..., Any] | None = None
@@ -135,16 +173,20 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
                            params=s.params, root=s.root, daemon=s.daemon)
 
     def _attach(self) -> None:
-        """Lease this process's engine of the cache dir (see :mod:`aicache.datacache.sharing`);
-        an engine inherited over fork is the parent's: kept, never used or closed here."""
+        """Lease this process's engine of the cache dir and target (see
+        :mod:`aicache.datacache.sharing`). In a forked child (a DataLoader worker) the
+        inherited engine is the parent's: kept, never used or closed here; and the target
+        filesystem is built anew from its options, since the parent's may hold what does
+        not survive a fork (s3fs's event loop and aiobotocore session, a connection pool)."""
         if self._engine is not None:
             ENGINES.inherited(self._engine)
             if self._release is not None:
                 self._release.detach()
+            self.fs = _target_in_child(self.fs)
         engine = ENGINES.acquire(self._spec, self._build_engine) if self._share \
             else self._build_engine()
         self._engine, self._generation = engine, ENGINES.generation
-        self._release = weakref.finalize(self, ENGINES.release, self._spec.cache_dir, engine,
+        self._release = weakref.finalize(self, ENGINES.release, self._spec.key, engine,
                                          self._generation)
 
     @property
@@ -177,40 +219,70 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
             self._paths[path] = hit
         return hit
 
-    # -- metadata: the target's answers, never older than metadata_ttl --------------------
-    def _fresh(self, path: str, subtree: bool = False) -> tuple[AbstractFileSystem, str]:
-        """The engine's target (whose own listing cache the engine bounds: a shared engine's
-        target may be another instance than ``self.fs``) and ``path`` on it, with what that
-        cache holds about ``path`` no older than the TTL."""
-        engine = self.engine
-        p = self._target_path(path)
-        engine.target_cache_since(p, subtree=subtree)
-        return engine.target, p
-
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        t, p = self._fresh(path)
-        return t.ls(p, detail=detail, **kwargs)
+    # -- metadata: the engine's cache of the target's answers (metadata_ttl) --------------
+    def _info_of(self, path: str) -> dict[str, Any] | None:
+        """``path``'s info record on the target (None: no such path), from the engine's
+        metadata cache within ``metadata_ttl``: no remote call after the first."""
+        return self.engine.info(self._target_path(path))
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        t, p = self._fresh(path)
-        return t.info(p, **kwargs)  # type: ignore[no-any-return]  # fsspec is untyped (Any)
+        if kwargs.get("refresh"):
+            self.engine.forget_info(self._target_path(path))
+        rec = self._info_of(path)
+        if rec is None:
+            raise FileNotFoundError(path)
+        return dict(rec)  # a copy: the cached record is shared
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+        engine, p = self.engine, self._target_path(path)
+        if kwargs.pop("refresh", False):
+            engine.forget_listings(p)
+        entries = engine.ls(p)
+        return [dict(e) for e in entries] if detail else [e["name"] for e in entries]
 
     def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
              detail: bool = False, **kwargs: Any) -> Any:
-        t, p = self._fresh(path, subtree=True)
-        return t.find(p, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        engine, p = self.engine, self._target_path(path)
+        if kwargs:  # options of the target's own (a prefix…): its answer, not cached
+            engine.target_cache_since(p, subtree=True)
+            return engine.target.find(p, maxdepth=maxdepth, withdirs=withdirs, detail=detail,
+                                      **kwargs)
+        found = engine.find(p, maxdepth, withdirs)
+        return {k: dict(v) for k, v in found.items()} if detail else list(found)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
-        t, p = self._fresh(path)
-        return bool(t.exists(p, **kwargs))
+        return self._info_of(path) is not None
 
     def isdir(self, path: str) -> bool:
-        t, p = self._fresh(path)
-        return bool(t.isdir(p))
+        rec = self._info_of(path)
+        return rec is not None and rec.get("type") == "directory"
 
     def isfile(self, path: str) -> bool:
-        t, p = self._fresh(path)
-        return bool(t.isfile(p))
+        rec = self._info_of(path)
+        return rec is not None and rec.get("type", "file") == "file"
+
+    def modified(self, path: str) -> datetime.datetime:
+        """When ``path`` was last written, from its (cached) info record (DuckDB asks
+        before every scan); the target's own answer where the record carries no time."""
+        return self._time_of(path, ("LastModified", "last_modified", "mtime", "updated",
+                                    "modified", "timeCreated", "created"), "modified")
+
+    def created(self, path: str) -> datetime.datetime:
+        """When ``path`` was created, as :meth:`modified` (object stores only know when
+        an object was last written)."""
+        return self._time_of(path, ("created", "timeCreated", "LastModified", "last_modified",
+                                    "mtime"), "created")
+
+    def _time_of(self, path: str, keys: tuple[str, ...], method: str) -> datetime.datetime:
+        rec = self._info_of(path)
+        if rec is None:
+            raise FileNotFoundError(path)
+        for k in keys:
+            t = _as_datetime(rec.get(k))
+            if t is not None:
+                return t
+        answer: datetime.datetime = getattr(self.engine.target, method)(self._target_path(path))
+        return answer
 
     # -- bytes: through the cache ---------------------------------------------------------
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
@@ -254,14 +326,56 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
             type(self)._cache.pop(token, None)
 
 
-def _target_token(fs: AbstractFileSystem) -> str:
-    """Equal for two target filesystems of one class built with the same options (fsspec
-    keeps one per thread for synchronous ones), so their filesystems may share an engine."""
+def _target_options(opts: dict[str, Any] | str | None) -> dict[str, Any]:
+    """``target_options`` as a dict; a client that passes every option as a string
+    (Polars) may give it as JSON text."""
+    if opts is None or isinstance(opts, dict):
+        return dict(opts or {})
+    try:
+        parsed = json.loads(opts)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise BadInput(f"target_options {opts!r} is not a dict or a JSON object; give e.g. "
+                       '\'{"endpoint_url": "http://host:9000"}\'')
+    return parsed
+
+
+def _seconds(value: float | str, what: str) -> float:
+    s = parse_seconds(value, what=what)
+    assert s is not None  # not optional: None is refused
+    return s
+
+
+def _target_in_child(fs: AbstractFileSystem) -> AbstractFileSystem:
+    """A new instance of ``fs`` made from its class and options (fsspec records both), for
+    a forked child; ``fs`` itself when it records none."""
     opts = getattr(fs, "storage_options", None)
     if opts is None:
-        return f"instance:{id(fs)}"
-    token: str = tokenize(type(fs).__module__, type(fs).__qualname__, getattr(fs, "storage_args", ()), opts)
-    return token
+        return fs
+    try:
+        fresh: AbstractFileSystem = type(fs)(*getattr(fs, "storage_args", ()),
+                                             **{**opts, "skip_instance_cache": True})
+    except Exception as exc:  # noqa: BLE001 - a target that cannot be rebuilt: try the inherited one
+        log.warning("aicache: could not rebuild the %s target in a forked child (%s: %s); "
+                    "reading through the parent's", type(fs).__name__, type(exc).__name__, exc)
+        return fs
+    return fresh
+
+
+def _as_datetime(value: Any) -> datetime.datetime | None:
+    """A timestamp of an info record (a datetime, epoch seconds, or ISO 8601 text) as an
+    aware datetime; None when ``value`` is none of those."""
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
+    if isinstance(value, str) and value:
+        try:
+            return _as_datetime(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+    return None
 
 
 def _resolve_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:
@@ -281,6 +395,7 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         self.engine = fs.engine
         self._memo_idx = -1
         self._memo: bytes = b""
+        self._memo_hit = False
         super().__init__(fs, path, mode="rb", block_size=fs.engine.block_size,
                          cache_type="none", size=meta.size)
 
@@ -313,8 +428,10 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
                 # it is freed as soon as the caller drops it — keeping it alive made every
                 # next read allocate (and page-fault) a fresh 4 MiB buffer
                 return self.engine.read_block(self.meta, idx)
-            self._memo = self.engine.read_block(self.meta, idx)
+            self._memo, self._memo_hit = self.engine.read_block_hit(self.meta, idx, e - s)
             self._memo_idx = idx
+        elif self._memo_hit:  # a later piece of a block held after a hit: its bytes count
+            self.engine.metrics.reads.count_bytes(min(e, len(self._memo)) - s)
         blk = self._memo
         return blk if (s == 0 and e >= len(blk)) else blk[s:e]
 

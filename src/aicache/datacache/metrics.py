@@ -102,8 +102,11 @@ class DemandReads(LatencyHistogram):
     nothing. Scraped as ``aicache_hits_total``, ``aicache_hit_bytes_total`` and the
     histogram.
 
-    Invariant: ``hits`` counts every demand read served without a fetch of its own (from
-    the store or a fetch in flight), ``hit_bytes`` their bytes."""
+    Invariant: ``hits`` counts every demand block read served without a fetch of its own
+    (from the store or a fetch in flight); ``hit_bytes`` counts the bytes those reads
+    handed to their readers — the part of the block each reader asked for, and the later
+    pieces an open file serves from a block it holds after a hit (:meth:`count_bytes`) —
+    never a whole block for a smaller read: a 1-byte read counts 1."""
 
     def __init__(self, name: str, help_: str, bounds: Iterable[float]) -> None:
         super().__init__(name, help_, bounds)
@@ -125,14 +128,19 @@ class DemandReads(LatencyHistogram):
             self.hits += 1
             self.hit_bytes += nbytes
 
+    def count_bytes(self, nbytes: int) -> None:
+        """Bytes an open file served from a block it holds after a hit (no new access)."""
+        with self._lock:
+            self.hit_bytes += nbytes
+
     def collect(self) -> Iterable[Metric]:
         yield from super().collect()
         with self._lock:
             hits, nbytes = self.hits, self.hit_bytes
         yield CounterMetricFamily(f"{_NS}_hits", "demand block reads served from the cache",
                                   value=float(hits))
-        yield CounterMetricFamily(f"{_NS}_hit_bytes", "bytes of the blocks that demand hits "
-                                  "served from the cache", value=float(nbytes))
+        yield CounterMetricFamily(f"{_NS}_hit_bytes", "bytes that demand hits "
+                                  "served from the cache to readers", value=float(nbytes))
 
 
 class EngineMetrics:

@@ -9,10 +9,19 @@ name one cache directory therefore lease one engine from :data:`ENGINES`.
 The rule (stated, not guessed): a filesystem asking for a cache directory that is already
 open in this process shares its engine when it asks for the *same* engine — an equal
 :class:`EngineSpec` (target and its options, budget, block size, policy, advisor, daemon,
-root, every engine knob). Any difference is a :class:`~aicache.errors.BadInput` naming the
-options that differ: one process cannot serve two budgets, block sizes or policies from
-one cache directory without one of them being silently ignored. ``share=False`` (what
-fsspec's ``skip_instance_cache=True`` means here) gives a private engine instead.
+root, every engine knob). Another *target* (another store, or the same store reached with
+other options: libraries such as HuggingFace ``datasets`` build a second filesystem with
+options of their own) gets an engine of its own on the same directory, so one default
+cache directory serves every target of a process; its blocks cannot be mistaken for
+another target's because a block key is the remote path *and* its version, and the
+version scheme of a target whose versions do not name the bytes on their own (the generic
+mtime + size) carries the target's identity (:func:`~aicache.datacache.version.scheme_for`).
+Two engines of one directory in one process share it as two processes do (the store's
+locks are per open file, the budget is the store's). Any other difference is a
+:class:`~aicache.errors.BadInput` naming the options that differ: one process cannot serve
+two budgets, block sizes or policies from one cache directory without one of them being
+silently ignored. ``share=False`` (what fsspec's ``skip_instance_cache=True`` means here)
+gives a private engine instead.
 
 Lifetime: a lease is taken per filesystem and given back when it is closed or garbage
 collected (a :func:`weakref.finalize`, which also runs at interpreter exit); the engine
@@ -31,7 +40,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.engine import CacheEngine, DaemonMode, EngineParams
 from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 
@@ -51,13 +60,19 @@ class EngineSpec:
     advisor: object
     params: EngineParams
     root: str
-    daemon: bool | str
+    daemon: DaemonMode
 
-    def differences(self, other: EngineSpec) -> list[str]:
-        """``option=this (open: other)`` per option that differs (empty: the same engine)."""
+    @property
+    def key(self) -> tuple[str, str]:
+        """The engine this spec names in a process: one per (cache directory, target)."""
+        return (self.cache_dir, self.target)
+
+    def differences(self, other: EngineSpec, *, target: bool = True) -> list[str]:
+        """``option=this (open: other)`` per option that differs (empty: the same engine);
+        ``target=False`` leaves the target out (may two engines share the directory?)."""
         out = []
         for f in fields(self):
-            if f.name in ("cache_dir", "params"):
+            if f.name in ("cache_dir", "params") or (f.name == "target" and not target):
                 continue
             a, b = getattr(self, f.name), getattr(other, f.name)
             if a != b:
@@ -78,44 +93,51 @@ class _Lease:
 
 
 class SharedEngines:
-    """The process's engines by cache directory, reference-counted (see the module doc)."""
+    """The process's engines by (cache directory, target), reference-counted (see the
+    module doc)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[str, _Lease] = {}
+        self._open: dict[tuple[str, str], _Lease] = {}
         #: changes in a forked child: an engine taken in another generation is the parent's
         self.generation = 0
         self._inherited: list[CacheEngine] = []  # kept alive, never closed (see module doc)
 
     def acquire(self, spec: EngineSpec, build: Callable[[], CacheEngine]) -> CacheEngine:
-        """The engine of ``spec.cache_dir``: the open one (if ``spec`` equals its spec) or a
-        new one from ``build``; raises :class:`BadInput` when the open one differs."""
+        """The engine of ``spec``'s cache dir and target: the open one (if ``spec`` equals
+        its spec) or a new one from ``build``; raises :class:`BadInput` when the directory
+        is open with other options (a target aside)."""
         with self._lock:  # held while building: a racing thread shares, never builds twice
-            lease = self._open.get(spec.cache_dir)
-            if lease is None:
-                lease = self._open[spec.cache_dir] = _Lease(spec, build(), 0)
-            else:
+            lease = self._open.get(spec.key)
+            if lease is not None:
                 diff = spec.differences(lease.spec)
-                if diff:
-                    raise BadInput(
-                        f"cache dir {spec.cache_dir} is already open in this process with other "
-                        f"options ({', '.join(diff)}); pass the same options, "
-                        "another cache_dir, or skip_instance_cache=True for a private engine")
+            else:  # the directory's engines (of other targets) all have one spec but the target
+                same_dir = (o.spec for o in self._open.values() if o.spec.cache_dir == spec.cache_dir)
+                first = next(same_dir, None)
+                diff = spec.differences(first, target=False) if first is not None else []
+            if diff:
+                raise BadInput(
+                    f"cache dir {spec.cache_dir} is already open in this process with other "
+                    f"options ({', '.join(diff)}); pass the same options, "
+                    "another cache_dir, or skip_instance_cache=True for a private engine")
+            if lease is None:
+                lease = self._open[spec.key] = _Lease(spec, build(), 0)
             lease.refs += 1
             return lease.engine
 
-    def release(self, cache_dir: str, engine: CacheEngine, generation: int) -> None:
-        """Give back one lease of ``engine`` (or close it, if it was private). An engine of
-        an earlier generation (inherited over fork) is left alone."""
+    def release(self, key: tuple[str, str], engine: CacheEngine, generation: int) -> None:
+        """Give back one lease of ``engine`` (or close it, if it was private); ``key`` is
+        its spec's :attr:`EngineSpec.key`. An engine of an earlier generation (inherited
+        over fork) is left alone."""
         if generation != self.generation:
             return
         with self._lock:
-            lease = self._open.get(cache_dir)
+            lease = self._open.get(key)
             if lease is not None and lease.engine is engine:
                 lease.refs -= 1
                 if lease.refs > 0:
                     return
-                del self._open[cache_dir]
+                del self._open[key]
         engine.close()
 
     def inherited(self, engine: CacheEngine) -> None:
@@ -124,9 +146,18 @@ class SharedEngines:
         self._inherited.append(engine)
 
     def open_dirs(self) -> dict[str, int]:
-        """Cache directory → leases, of this process's shared engines (tests, diagnostics)."""
+        """Cache directory → leases (of all its targets), of this process's shared engines
+        (tests, diagnostics)."""
+        out: dict[str, int] = {}
         with self._lock:
-            return {d: lease.refs for d, lease in self._open.items()}
+            for (d, _t), lease in self._open.items():
+                out[d] = out.get(d, 0) + lease.refs
+        return out
+
+    def engines_of(self, cache_dir: str) -> int:
+        """How many engines (targets) this process has open on ``cache_dir``."""
+        with self._lock:
+            return sum(1 for d, _t in self._open if d == cache_dir)
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # another thread may have held it at the fork

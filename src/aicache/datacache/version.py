@@ -12,9 +12,18 @@ scheme    version (the block key's ``version``)  a pinned range read
 ``gcs``   the generation (else the md5/etag)     plain read, then the generation re-checked
 ``http``  ETag, else Last-Modified + size        ``If-Match`` / ``If-Unmodified-Since``
 ``local`` inode, size, mtime_ns, ctime_ns        ``fstat`` checked before and after ``pread``
-generic   ETag/generation if given, else         plain read (no pinning)
+generic   the target's identity, then            plain read (no pinning)
+          ETag/generation if given, else
           mtime + size
 ========  =====================================  ==========================================
+
+One cache directory holds the blocks of every target a process reads (one engine per
+target, :mod:`aicache.datacache.sharing`), keyed by remote path and version alone, so a
+version must not name other bytes on another target with the same path. S3 ETags are
+content hashes and GCS generations unique per object write; HTTP paths carry the host;
+local versions are one machine's inodes. The generic scheme's mtime + size is not unique
+that way (two hosts, one path, one size, one second), so its versions are prefixed with
+:func:`target_token` of the target (its class and options).
 
 Invariants: the same object state gives the same version whichever call described it (a
 listing entry or a stat), so cached blocks are shared by every path into the cache and by
@@ -39,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fsspec.spec import AbstractFileSystem
+from fsspec.utils import tokenize
 
 from aicache.registry import Registry
 
@@ -71,17 +81,22 @@ class VersionScheme:
     #: whether :meth:`read` checks the version (False: a plain read, best effort)
     pinned: ClassVar[bool] = False
 
+    def __init__(self, namespace: str = "") -> None:
+        #: prefixed to every version (the target's identity, see the module docstring)
+        self.namespace = namespace
+
     def identify(self, info: Mapping[str, Any]) -> Identity:
         """The identity described by ``info`` (an ``info()`` or ``ls(detail=True)`` entry)."""
+        ns = f"{self.namespace}|" if self.namespace else ""
         for k in ("ETag", "etag", "generation", "md5Hash", "VersionId"):
             v = info.get(k)
             if v:
-                return Identity(int(info["size"]), f"{k}:{str(v).strip(chr(34))}")
+                return Identity(int(info["size"]), f"{ns}{k}:{str(v).strip(chr(34))}")
         mtime = info.get("mtime", info.get("LastModified", info.get("last_modified",
                                                                     info.get("created", ""))))
         if hasattr(mtime, "timestamp"):
             mtime = mtime.timestamp()
-        return Identity(int(info["size"]), f"m:{mtime}:{info.get('size')}")
+        return Identity(int(info["size"]), f"{ns}m:{mtime}:{info.get('size')}")
 
     def read(self, fs: AbstractFileSystem, path: str, version: str, pin: str, start: int,
              end: int) -> bytes:
@@ -245,9 +260,22 @@ PROTOCOLS: dict[str, str] = {"file": "local", "local": "local", "s3": "s3", "s3a
 
 
 def scheme_for(fs: AbstractFileSystem) -> VersionScheme:
-    """The version scheme of ``fs``'s protocol (generic for any other target)."""
+    """The version scheme of ``fs``'s protocol (generic, namespaced by the target's
+    identity, for any other target)."""
     protos = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     for p in protos:
         if p in PROTOCOLS:
             return SCHEMES.get(PROTOCOLS[p])()
-    return SCHEMES.get("generic")()
+    return VersionScheme(namespace=target_token(fs))
+
+
+def target_token(fs: AbstractFileSystem) -> str:
+    """Equal for two target filesystems of one class built with the same options (fsspec
+    keeps one per thread for synchronous ones): their filesystems may share an engine, and
+    a generic target's blocks are keyed by it."""
+    opts = getattr(fs, "storage_options", None)
+    if opts is None:
+        return f"instance:{id(fs)}"
+    token: str = tokenize(type(fs).__module__, type(fs).__qualname__,
+                          getattr(fs, "storage_args", ()), opts)
+    return token

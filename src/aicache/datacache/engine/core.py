@@ -150,7 +150,10 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         #: the target's ``info`` answers (None: no such path) and when they were asked
         self._info: dict[str, tuple[dict[str, Any] | None, float]] = {}
         self._listed: set[str] = set()
+        self._mapping: dict[str, threading.Lock] = {}
         self._target_since: dict[str, float] = {}
+        self._lists: dict[str, tuple[list[dict[str, Any]], float]] = {}
+        self._finds: dict[tuple[str, int | None, bool], tuple[dict[str, dict[str, Any]], float]] = {}
         self._bases: dict[str, int] = {}
         self._nblocks: dict[str, int] = {}
         self._files: dict[str, FileBlocks] = {}
@@ -234,26 +237,34 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         B = self.block_size
         first, last = offset // B, (end - 1) // B
         if first == last:
-            blk = self.read_block(meta, first)
             s, e = offset - first * B, end - first * B
+            blk = self.read_block(meta, first, e - s)
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
         for i in range(first, last + 1):
-            blk = self.read_block(meta, i)
             s = max(offset, i * B) - i * B
             e = min(end, (i + 1) * B) - i * B
+            blk = self.read_block(meta, i, e - s)
             parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
         return b"".join(parts)
 
-    def read_block(self, meta: FileMeta, idx: int) -> bytes:
-        """One block of ``meta`` (a demand access: told to the system, may prefetch),
-        timed into ``metrics.reads`` by the engine's ``clock``. With ``sync_prefetch`` the
+    def read_block(self, meta: FileMeta, idx: int, served: int | None = None) -> bytes:
+        """One block of ``meta`` (a demand access: told to the system, may prefetch), as
+        :meth:`read_block_hit`."""
+        return self.read_block_hit(meta, idx, served)[0]
+
+    def read_block_hit(self, meta: FileMeta, idx: int,
+                       served: int | None = None) -> tuple[bytes, bool]:
+        """One block of ``meta`` (a demand access: told to the system, may prefetch) and
+        whether it was a hit, timed into ``metrics.reads`` by the engine's ``clock``.
+        ``served``: how many of its bytes the caller hands to its reader (the whole block
+        when None) — what a hit adds to ``hit_bytes``. With ``sync_prefetch`` the
         prefetches it asked for are fetched and stored before it returns, in the order the
         system named them.
 
         A hit is one lookup of the file's record, one store read, one policy call and one
-        metrics update, and allocates nothing but the bytes it returns (and what the system
-        allocates)."""
+        metrics update, and allocates nothing but the bytes it returns and the pair (and
+        what the system allocates)."""
         clock = self._clock
         t0 = clock()
         fb = self._files.get(meta.path)
@@ -266,19 +277,22 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         if data is not None:  # the hot path: a local hit
             n = len(data)
             self._local_hit(key, fb.base + idx, fb.unit, n, t0 - self._t0)
-            self.metrics.reads.hit(n, clock() - t0)
+            self.metrics.reads.hit(n if served is None else served, clock() - t0)
+            hit = True
         else:
             try:
-                data = self._read_missing(meta, idx, fb, key)
+                data, hit = self._read_missing(meta, idx, fb, key, served)
             finally:
                 self.metrics.reads.observe(clock() - t0)
         if self._sync is not None:
             self._run_sync_prefetches()
-        return data
+        return data, hit
 
-    def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey) -> bytes:
+    def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey,
+                      served: int | None) -> tuple[bytes, bool]:
         """A demand read of a block the store does not hold: wait on its fetch in flight
-        or fetch it (single-flight), then tell the system.
+        or fetch it (single-flight), then tell the system; returns the block and whether
+        it counts as a hit.
 
         Invariants: a flight this read registered is always resolved (whatever raises
         before its fetch, the flight is failed and removed, so no later reader waits on
@@ -326,19 +340,19 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             raise
         if data is not None:
             if acc.hit:
-                self.metrics.reads.count_hit(len(data))
+                self.metrics.reads.count_hit(len(data) if served is None else served)
             else:
                 self.metrics.misses.inc()
-            return data
+            return data, acc.hit
         self.metrics.misses.inc()
         if stuck:  # the flight's owner is stuck (a hung disk or remote): do not wait on it
             log.debug("fetch of %s in flight past its bound; reading it uncached", key)
-            return self._fetch(meta, idx)
+            return self._fetch(meta, idx), False
         if not leader:  # the prefetch we waited on failed: fetch it ourselves
             with self._lock:
                 flight = _Flight(0, claimed=True)
                 self._inflight[key] = flight
-        return self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False)
+        return self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False), False
 
     def _abandon(self, key: BlockKey, flight: _Flight, exc: BaseException) -> None:
         """Fail a flight this reader registered and will not fetch (its waiters fetch)."""
@@ -356,7 +370,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         except Exception as exc:  # noqa: BLE001 - a prefetch is advice
             self._policy_error(exc)
 
-    def claim_range_hit(self, meta: FileMeta, idx: int) -> BlockKey | None:
+    def claim_range_hit(self, meta: FileMeta, idx: int, served: int | None = None) -> BlockKey | None:
         """Account a demand read of block ``idx`` *before* reading it, when the store
         can serve its ranges (a verified local block): returns its key, and the caller
         then reads pieces with ``store.get_range`` (or ``get_range_into``, ``range_fd``);
@@ -370,7 +384,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             return None
         size = min(self.block_size, meta.size - idx * self.block_size)
         self._local_hit(key, fb.base + idx, fb.unit, size, self._now())
-        self.metrics.reads.count_hit(size)
+        self.metrics.reads.count_hit(size if served is None else served)
         if self._sync is not None:
             self._run_sync_prefetches()
         return key

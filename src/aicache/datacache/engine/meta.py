@@ -1,10 +1,23 @@
-"""The engine's metadata cache: file size/version (``_meta``, for reads) and the target's
-``info``/``ls`` answers (``_info``, for FUSE attributes), both reused for ``metadata_ttl_s``.
+"""The engine's metadata cache: file size/version (``_meta``, for reads), the target's
+``info`` answers (``_info``: FUSE attributes, the fsspec ``info``/``exists``/``size``…), its
+directory listings (``_lists``: ``ls``, FUSE ``readdir``) and its ``find`` answers
+(``_finds``: ``find``/``glob``), all reused for ``metadata_ttl_s``: within it a metadata call
+asks the remote nothing, past it the next one asks again (bypassing the target's own
+listing cache, which never expires in s3fs).
 
-The two tables stay separate: ``_meta`` holds a :class:`FileMeta` keyed by the stripped path
+The tables stay separate: ``_meta`` holds a :class:`FileMeta` keyed by the stripped path
 and is what block keys are pinned to (a :class:`~aicache.datacache.version.VersionGone` drops
-only it), while ``_info`` holds raw records keyed by the path FUSE asks for, including
-remembered absences; they are invalidated by different events.
+only it), while ``_info`` holds raw records keyed by the path asked for, including
+remembered absences; they are invalidated by different events. A listing or ``find``
+answer also fills ``_info`` with its entries (as old as the listing), so the ``info`` of a
+listed file is no second request, and :meth:`stat` reads a fresh ``_info`` record (an
+``info``, a listing or ``find`` entry, a remembered absence) before it asks the remote:
+``info`` then ``open`` (pyarrow's order) is one HEAD, and a globbed file none. A listing
+entry is as good a version as a stat's (the block map adopts them too): it lacks only an
+S3 VersionId, and reads of it are then pinned by ``If-Match``.
+
+Every answer handed out is the cached record itself: callers copy before changing one
+(the fsspec filesystem does).
 """
 
 from __future__ import annotations
@@ -48,13 +61,21 @@ class MetadataCache:
     _meta: dict[str, tuple[FileMeta, float]]
     _info: dict[str, tuple[dict[str, Any] | None, float]]
     _target_since: dict[str, float]
+    _lists: dict[str, tuple[list[dict[str, Any]], float]]
+    _listed: set[str]
+    #: folders being mapped by a first stat → the lock its siblings' stats wait on
+    _mapping: dict[str, threading.Lock]
+    _finds: dict[tuple[str, int | None, bool], tuple[dict[str, dict[str, Any]], float]]
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
     _ensure_listed: Callable[[str], None]
 
     def stat(self, path: str) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
-        older than that, since a remote stat bypasses the target's own listing cache)."""
+        older than that, since a remote stat bypasses the target's own listing cache). A
+        path found missing (or a directory) is remembered as such for the TTL as well
+        (readers such as zarr probe for files that do not exist on every open); a fresh
+        ``info`` or listing record of the file answers without a request."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -63,18 +84,58 @@ class MetadataCache:
         meta = self._cached_meta(path, now)
         if meta is not None:
             return meta
-        self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
-        try:
-            info = self._remote(self.target.info, path)
-            if info.get("type", "file") == "directory":
-                raise IsADirectoryError(path)
-            meta = file_meta(self.versions, path, info)
-        except (FileNotFoundError, IsADirectoryError):
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
+        if parent in self._listed:
+            return self._stat_remote(path, now)
+        # the first stats of a folder not mapped yet: one of them asks the remote and maps the
+        # folder (one listing, whose entries answer the others); concurrent readers of its
+        # other files (zarr reads chunks in parallel) wait for that instead of asking too
+        with self._folder_lock(parent):
+            meta = self._cached_meta(path, self._clock())
+            if meta is not None:
+                return meta
+            try:
+                return self._stat_remote(path, now)
+            finally:
+                with self._lock:
+                    if parent in self._listed:
+                        self._mapping.pop(parent, None)
+
+    def _folder_lock(self, parent: str) -> threading.Lock:
+        with self._lock:
+            lock = self._mapping.get(parent)
+            if lock is None:
+                if len(self._mapping) >= 1 << 14:  # bounded (folders of missing paths stay):
+                    self._mapping.clear()  # a waiter keeps its lock; later ones make new ones
+                lock = self._mapping[parent] = threading.Lock()
+            return lock
+
+    def _stat_remote(self, path: str, now: float) -> FileMeta:
+        """:meth:`stat` of a stripped ``path`` not in ``_meta``: from a fresh ``_info``
+        record, else from the remote; maps the file's folder (``_ensure_mapped``)."""
+        info: dict[str, Any] | None
+        known = self._info.get(path)  # an info or listing answer within the TTL
+        if known is not None and now - known[1] < self.params.metadata_ttl_s and (
+                known[0] is None or known[0].get("type") == "directory"
+                or known[0].get("size") is not None):  # (an HTTP index lists no sizes)
+            info, asked = known
+        else:
+            self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+            try:
+                info, asked = self._remote(self.target.info, path), now
+            except FileNotFoundError:
+                info, asked = None, now
+            self._remember_info(path, info, now)
+        if info is None:
             self.forget(path)
-            raise
+            raise FileNotFoundError(path)
+        if info.get("type", "file") == "directory":
+            self.forget(path)
+            raise IsADirectoryError(path)
+        meta = file_meta(self.versions, path, info)
         self._ensure_mapped(meta)
         with self._lock:
-            self._meta[path] = (meta, now)
+            self._meta[path] = (meta, asked)
         return meta
 
     def forget(self, path: str) -> None:
@@ -130,8 +191,12 @@ class MetadataCache:
 
     def ls(self, path: str) -> list[dict[str, Any]]:
         """The target's detailed listing of directory ``path``, no older than
-        ``metadata_ttl_s``, through the remote's retries and timeout; each entry's ``info``
-        is cached under ``path/NAME`` as old as the listing may be."""
+        ``metadata_ttl_s`` (reused within it), through the remote's retries and timeout;
+        each entry's ``info`` is cached under ``path/NAME`` as old as the listing may be."""
+        now = self._clock()
+        hit = self._lists.get(path)  # a dict read is atomic: no lock
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
         since = self.target_cache_since(path)
         entries: list[dict[str, Any]] = self._remote(self.target.ls, path, detail=True)
         base = path.rstrip("/")
@@ -139,7 +204,40 @@ class MetadataCache:
             name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
             if name:
                 self._remember_info(f"{base}/{name}", e, since)
+        with self._lock:
+            if len(self._lists) >= 1 << 14:  # bounded: a cleared listing is asked again
+                self._lists.clear()
+            self._lists[path] = (entries, since)
         return entries
+
+    def find(self, path: str, maxdepth: int | None = None,
+             withdirs: bool = False) -> dict[str, dict[str, Any]]:
+        """The target's ``find(path, maxdepth, withdirs, detail=True)`` (name → info), no
+        older than ``metadata_ttl_s`` (reused within it, per arguments), through the
+        remote's retries and timeout; each entry's ``info`` is cached as old as the answer."""
+        key = (path, maxdepth, withdirs)
+        now = self._clock()
+        hit = self._finds.get(key)
+        if hit is not None and now - hit[1] < self.params.metadata_ttl_s:
+            return hit[0]
+        since = self.target_cache_since(path, subtree=True)
+        found: dict[str, dict[str, Any]] = self._remote(
+            self.target.find, path, maxdepth=maxdepth, withdirs=withdirs, detail=True)
+        for name, e in found.items():
+            self._remember_info(str(name).rstrip("/"), e, since)
+        with self._lock:
+            if len(self._finds) >= 1 << 12:
+                self._finds.clear()
+            self._finds[key] = (found, since)
+        return found
+
+    def forget_listings(self, path: str) -> None:
+        """Drop the cached listings and ``find`` answers of ``path`` (a caller's
+        ``refresh=True``): the next ones ask the remote."""
+        with self._lock:
+            self._lists.pop(path, None)
+            for key in [k for k in self._finds if k[0] == path]:
+                del self._finds[key]
 
     def forget_info(self, path: str) -> None:
         """Drop ``path``'s cached ``info`` (its attributes predate the version opened)."""

@@ -47,15 +47,19 @@ class Handle:
     verify) and keeps it. Later requests of a block this handle already accounted read
     just their range (lock-free, served only from a file version verified in this
     process), or slice the block kept whole (verify mode ``full``, a block not verified
-    yet). ``cur``/``prev`` are ``(idx, block or None, key)`` tuples, swapped atomically,
-    so lock-free readers always see a consistent triple."""
+    yet). ``cur``/``prev`` are ``(idx, block or None, key, hit)`` tuples, swapped
+    atomically, so lock-free readers always see a consistent record.
+
+    ``hit_bytes`` counts every piece served from a block whose access was a hit (the
+    first piece with the access, the later ones as they are read), never the whole
+    block: a 1-byte read counts one byte."""
 
     __slots__ = ("meta", "cur", "prev", "lock")
 
     def __init__(self, meta: FileMeta) -> None:
         self.meta = meta
-        self.cur: tuple[int, bytes | None, BlockKey | None] = (-1, None, None)
-        self.prev: tuple[int, bytes | None, BlockKey | None] = (-1, None, None)
+        self.cur: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
+        self.prev: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
         self.lock = threading.Lock()
 
     def serve(self, engine: CacheEngine, idx: int, s: int, x: Any,
@@ -63,44 +67,48 @@ class Handle:
         """The piece ``[s, …)`` of block ``idx`` handed over ``how`` (:data:`AS_BYTES`,
         :data:`INTO_BUFFER`, :data:`AS_DESCRIPTOR`); one demand access per block."""
         ranged, sliced = how
-        got = self._held(engine, idx, s, x, ranged, sliced)
+        n = x - s if isinstance(x, int) else len(x)  # the piece's length, for hit_bytes
+        got = self._held(engine, idx, s, x, n, ranged, sliced)
         if got is not None:
             return got
         with self.lock:
-            got = self._held(engine, idx, s, x, ranged, sliced)
+            got = self._held(engine, idx, s, x, n, ranged, sliced)
             if got is not None:
                 return got
-            key = engine.claim_range_hit(self.meta, idx)
+            key = engine.claim_range_hit(self.meta, idx, n)
             if key is None:  # a miss, or a block not verified here yet: read it whole
-                return self._load(engine, idx, s, x, sliced)
-            self._moved_to(idx, None)
+                return self._load(engine, idx, s, x, n, sliced)
+            self._moved_to(idx, None, True)
         # a verified local block, already accounted: read outside the lock, so that the
         # other pieces of this block are not queued behind this one
         got = ranged(engine.store, key, s, x)
         if got is not None:
             return got
         with self.lock:  # the file changed since it was verified: read (and check) it whole
-            return self._load(engine, idx, s, x, sliced)
+            return self._load(engine, idx, s, x, n, sliced)
 
-    def _held(self, engine: CacheEngine, idx: int, s: int, x: Any,
+    def _held(self, engine: CacheEngine, idx: int, s: int, x: Any, n: int,
               ranged: Callable[..., Any], sliced: Callable[..., Any]) -> Any:
-        """The piece when this handle has accounted block ``idx``, else None (also when
-        its file changed since it was verified)."""
-        for i, blk, key in (self.cur, self.prev):
+        """The piece (of ``n`` bytes) when this handle has accounted block ``idx``, else
+        None (also when its file changed since it was verified)."""
+        for i, blk, key, hit in (self.cur, self.prev):
             if i == idx:
-                return sliced(blk, s, x) if blk is not None else ranged(engine.store, key, s, x)
+                got = sliced(blk, s, x) if blk is not None else ranged(engine.store, key, s, x)
+                if hit and got is not None:
+                    engine.metrics.reads.count_bytes(n)
+                return got
         return None
 
-    def _load(self, engine: CacheEngine, idx: int, s: int, x: Any,
+    def _load(self, engine: CacheEngine, idx: int, s: int, x: Any, n: int,
               sliced: Callable[..., Any]) -> Any:
         """Under the lock: one demand access of block ``idx`` that reads (fetches or
         verifies) it whole; the handle moves to it and keeps it."""
-        blk = engine.read_block(self.meta, idx)
-        self._moved_to(idx, blk)
+        blk, hit = engine.read_block_hit(self.meta, idx, n)
+        self._moved_to(idx, blk, hit)
         return sliced(blk, s, x)
 
-    def _moved_to(self, idx: int, blk: bytes | None) -> None:
-        """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range) is now
-        the handle's current block, the old one its previous."""
+    def _moved_to(self, idx: int, blk: bytes | None, hit: bool) -> None:
+        """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range; ``hit``:
+        its access was a hit) is now the handle's current block, the old one its previous."""
         m = self.meta
-        self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx))
+        self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx), hit)

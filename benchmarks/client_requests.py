@@ -1,0 +1,166 @@
+"""What each data tool costs at the server, through aicache on its defaults and through s3fs.
+
+    python benchmarks/client_requests.py [--rows 200000] [--json]
+
+A Parquet file (``--rows`` rows, 4 row groups), a CSV of the same table and a zarr array
+are written into a moto S3 server on loopback; each client reads them once cold (a fresh
+default cache directory) and once warm (the same process, within ``metadata_ttl``), and
+the requests the server answered are counted by kind (HEAD, LIST, GET) with the bytes
+the GETs returned. The same cold read straight through s3fs (its defaults) is the
+reference. Nothing is timed: the numbers are requests and bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+import aicache.datacache.fs  # noqa: F401 - registers the "aicache" protocol
+from aicache.datacache.fs import AICacheFileSystem
+from aicache.testing import S3Server, start_s3
+
+BUCKET = "aicache-bench-clients"
+
+
+@dataclass(slots=True)
+class Cost:
+    """Requests the server answered during one read, and the bytes its GETs returned."""
+
+    head: int
+    list: int
+    get: int
+    get_bytes: int
+
+    @property
+    def requests(self) -> int:
+        return self.head + self.list + self.get
+
+
+@dataclass(slots=True)
+class Row:
+    client: str
+    object_bytes: int  #: size of the object(s) the client reads
+    s3fs_cold: Cost
+    aicache_cold: Cost
+    aicache_warm: Cost
+
+
+def _cost(s3: S3Server, fn: Callable[[], Any]) -> Cost:
+    before, b0 = s3.requests.snapshot(), s3.requests.get_bytes
+    fn()
+    d: Counter[str] = s3.requests.snapshot() - before
+    return Cost(d["head"], d["list"], d["get"], s3.requests.get_bytes - b0)
+
+
+def _clients(s3: S3Server, rows: int) -> list[tuple[str, int, Callable[[Any, str], Any]]]:
+    """(name, bytes of what it reads, read(filesystem, scheme prefix))."""
+    import duckdb
+    import zarr
+    from zarr.storage import FsspecStore
+
+    rng = np.random.default_rng(1)
+    table = pa.table({"id": np.arange(rows, dtype=np.int64), "x": rng.normal(size=rows)})
+    pbuf, cbuf = io.BytesIO(), io.BytesIO()
+    pq.write_table(table, pbuf, row_group_size=max(1, rows // 4))
+    pacsv.write_csv(table, cbuf)
+    raw = fsspec.filesystem("s3", **s3.client_options, skip_instance_cache=True)
+    raw.pipe({f"{BUCKET}/pq/t.parquet": pbuf.getvalue(), f"{BUCKET}/csv/t.csv": cbuf.getvalue()})
+    arr = rng.normal(size=(512, 512)).astype(np.float32)
+    z = zarr.create_array(FsspecStore.from_url(f"s3://{BUCKET}/z.zarr", read_only=False,
+                                               storage_options={**s3.client_options,
+                                                                "skip_instance_cache": True}),
+                          shape=arr.shape, chunks=(128, 128), dtype=arr.dtype)
+    z[:] = arr
+    zarr_bytes = sum(raw.du(f"{BUCKET}/z.zarr", total=False).values())
+
+    def duck(fs: Any, scheme: str) -> Any:
+        con = duckdb.connect()
+        con.register_filesystem(fs)
+        return con.sql(f"SELECT sum(x) FROM read_parquet('{scheme}{BUCKET}/pq/t.parquet')").fetchall()
+
+    def zarr_read(fs: Any, scheme: str) -> Any:
+        store = FsspecStore(fs if fs.async_impl else _async(fs), path=f"{BUCKET}/z.zarr",
+                            read_only=True)
+        return zarr.open_array(store, mode="r")[:]
+
+    return [
+        ("pyarrow read_table", len(pbuf.getvalue()),
+         lambda fs, _s: pq.read_table(f"{BUCKET}/pq/t.parquet", filesystem=fs)),
+        ("pyarrow read_table, 1 column", len(pbuf.getvalue()),
+         lambda fs, _s: pq.read_table(f"{BUCKET}/pq/t.parquet", filesystem=fs, columns=["x"])),
+        ("pyarrow.csv", len(cbuf.getvalue()),
+         lambda fs, _s: pacsv.read_csv(fs.open(f"{BUCKET}/csv/t.csv"))),
+        ("duckdb read_parquet", len(pbuf.getvalue()), duck),
+        ("zarr 512x512 float32, 16 chunks", zarr_bytes, zarr_read),
+    ]
+
+
+def _async(fs: Any) -> Any:
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+    return AsyncFileSystemWrapper(fs)
+
+
+def measure(rows: int) -> list[Row]:
+    # zarr warns that a wrapped synchronous filesystem "may lead to surprising behavior"
+    warnings.filterwarnings("ignore", message=".*was not created with `asynchronous=True`")
+    s3 = start_s3((BUCKET,))
+    out: list[Row] = []
+    try:
+        for name, nbytes, read in _clients(s3, rows):
+            plain = fsspec.filesystem("s3", **s3.client_options, skip_instance_cache=True)
+            s3fs_cold = _cost(s3, lambda: read(plain, "s3://"))
+            with tempfile.TemporaryDirectory() as home:
+                os.environ["XDG_CACHE_HOME"] = home  # a fresh default cache directory
+                fs = fsspec.filesystem("aicache", target_protocol="s3",
+                                       target_options=s3.client_options, skip_instance_cache=True)
+                cold = _cost(s3, lambda: read(fs, "aicache://"))
+                warm = _cost(s3, lambda: read(fs, "aicache://"))
+                fs.close()
+                AICacheFileSystem.clear_instance_cache()
+                gc.collect()
+            out.append(Row(name, nbytes, s3fs_cold, cold, warm))
+    finally:
+        s3.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = measure(args.rows)
+    if args.json:
+        json.dump([{**asdict(r), "s3fs_cold": asdict(r.s3fs_cold)} for r in rows], sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{'client':34} {'object':>10} | {'s3fs cold':>22} | {'aicache cold':>22} | {'aicache warm':>12}")
+    print(f"{'':34} {'bytes':>10} | {'H/L/G  bytes':>22} | {'H/L/G  bytes':>22} | {'H/L/G':>12}")
+    for r in rows:
+        def f(c: Cost) -> str:
+            return f"{c.head}/{c.list}/{c.get} {c.get_bytes:>10,}"
+        w = r.aicache_warm
+        print(f"{r.client:34} {r.object_bytes:>10,} | {f(r.s3fs_cold):>22} | {f(r.aicache_cold):>22} | "
+              f"{f'{w.head}/{w.list}/{w.get}':>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
