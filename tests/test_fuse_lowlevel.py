@@ -158,16 +158,17 @@ def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Pa
         assert metric(port, "fuse_worker_replies") >= 4  # b's fetches went to workers
 
 
-@pytest.mark.parametrize("kernel_cache", [True, False])
-def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, kernel_cache: bool) -> None:
-    """``--kernel-cache`` answers ``keep_cache`` on open: a re-read of a file is served by
-    the kernel's page cache and never reaches the engine; without it, each open drops the
-    pages and the re-read is served (and counted) by the engine."""
+@pytest.mark.parametrize("flag", [None, "--kernel-cache", "--no-kernel-cache"])
+def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, flag: str | None) -> None:
+    """The default (and ``--kernel-cache``) answers ``keep_cache`` on open: a re-read of a
+    file is served by the kernel's page cache and never reaches the engine; with
+    ``--no-kernel-cache`` each open drops the pages and the re-read is served (and counted)
+    by the engine."""
+    kernel_cache = flag != "--no-kernel-cache"
     data = os.urandom(2 * MiB + 5)
     port = free_port()
     extra = ["--block-size", "1MiB", "--policy", "lru", "--metrics-port", str(port)]
-    with mounted_file(tmp_path, "f.bin", data, *extra, *(["--kernel-cache"] if kernel_cache else [])
-                      ) as (mnt, _):
+    with mounted_file(tmp_path, "f.bin", data, *extra, *([flag] if flag else [])) as (mnt, _):
         assert read_all(mnt / "f.bin") == data
         seen = metric(port, "hits") + metric(port, "misses")
         assert seen >= 3
