@@ -1,9 +1,10 @@
 """Does the simulator rank the systems as the real peers benchmark did?
 
-    python benchmarks/peers_sim.py RUN.json --traces DIR [--json]
+    python benchmarks/peers_sim.py [RUN.json] [--traces DIR] [--json]
 
 ``RUN.json`` is a ``benchmarks/peers.py --json`` run and ``DIR`` its ``--record-dir``: the
-block trace ``aicache record`` wrote for each job and budget (aicache default's mount). Each
+block trace ``aicache record``'s recorder wrote for each job and budget (default: the run
+and traces committed in ``docs/results/peers/``). Each
 trace is replayed by :func:`aicache.sim.datacache.simulate_datacache` for the systems the
 simulator models — ``chiron`` (aicache's default policy), ``lru`` (``aicache --policy lru``)
 and ``juicefs`` (our model of JuiceFS's 2-random eviction and readahead) — with the run's
@@ -64,8 +65,10 @@ def simulate(run: dict[str, Any], traces: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", help="a benchmarks/peers.py --json output")
-    ap.add_argument("--traces", required=True, help="the run's --record-dir")
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "results", "peers")
+    ap.add_argument("run", nargs="?", default=os.path.join(here, "after.json"),
+                    help="a benchmarks/peers.py --json output (default: the committed run)")
+    ap.add_argument("--traces", default=os.path.join(here, "traces"), help="the run's --record-dir")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
