@@ -226,3 +226,43 @@ def test_engine_and_simulator_diagnose_the_recorded_job_alike(
         seen.append((obs.log, system.stats()["active_patterns"]))
     assert seen[0] == seen[1]
     assert seen[0][1] == {Path(trace[0][1]).parts[1]: "skewed"}  # a Zipf draw over one folder
+
+
+def test_readahead_stays_inside_its_dataset_folder(tmp_path: Path) -> None:
+    """A checkpoint load (large files read whole, in path order) under a root whose next
+    folder holds small files: the readahead of the large files' unit ends with its last
+    file, and Chiron fetches exactly what plain LRU does (the block map gives every file
+    under the root one sorted id range, so the small files' blocks follow the last large
+    one)."""
+    rng = random.Random(9)
+    files: dict[str, bytes] = {}
+    for i in range(3):
+        p = tmp_path / "root" / "large" / f"l{i}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(BLOCK * 8))
+        files[str(p)] = p.read_bytes()
+    for i in range(40):
+        p = tmp_path / "root" / "small" / f"s{i:02d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(BLOCK // 3))
+    budget = 4 * sum(len(d) for d in files.values())
+    gets = {}
+    for name in ("lru", "chiron"):
+        system: str | ChironSystem = name if name == "lru" else ChironSystem(budget, runner="virtual")
+        target = CountingLocal(skip_instance_cache=True)
+        clock = _Clock()
+        eng = CacheEngine(target, str(tmp_path / f"cache-{name}"), budget, policy=system, clock=clock,
+                          root=str(tmp_path / "root"),
+                          params=EngineParams(block_size=BLOCK, sync_prefetch=True, stats_interval_s=0))
+        try:
+            k = 0
+            for _ in range(2):
+                for path, data in files.items():  # in path order, in block-sized reads
+                    for off in range(0, len(data), BLOCK):
+                        k += 1
+                        clock.now = 0.01 * k
+                        assert eng.read(path, off, BLOCK) == data[off:off + BLOCK]
+        finally:
+            eng.close()
+        gets[name] = target.gets
+    assert gets["chiron"] <= gets["lru"] == 24, gets

@@ -331,6 +331,8 @@ class ChironSystem(DataCacheSystem):
         self.used = 0  # bytes of the blocks in ``sizes``
         #: file -> (first, last) block id, from the driver's metadata (None = not given)
         self._extent_of: Callable[[str], tuple[int, int] | None] | None = None
+        #: block id -> its file, from the driver's metadata (None = not given)
+        self._file_of: Callable[[int], str | None] | None = None
         #: prefetched blocks not read yet: only so that a switch hands them to the new
         #: executor as unread (used/wasted feedback comes from the driver's ledger)
         self.unread: set[int] = set()
@@ -423,11 +425,23 @@ class ChironSystem(DataCacheSystem):
             return out
         if not hit:
             cr.missed(block)
-        return cr.grant(out, self.sizes) if out else out
+        if not out:
+            return out
+        file_of = self._file_of
+        if file_of is not None:  # a unit reads ahead inside itself: past the last file of a
+            # dataset folder come another folder's files, which its pattern says nothing about
+            units_of = self.units_of
+            name = u.name
+            out = [b for b in out if (f := file_of(b)) is None or units_of(f) == name]
+        return cr.grant(out, self.sizes)
 
-    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
-        """File extents for the executors' fill rule (none under a fixed ``prefetch``)."""
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
+                     file_of: Callable[[int], str | None] | None = None) -> None:
+        """File extents for the executors' fill rule (none under a fixed ``prefetch``), and
+        each block's file, so that a unit's prefetches stay inside the unit (with the
+        prefetch credit, see :attr:`ChironParams.prefetch_credit`)."""
         self._extent_of = extent_of
+        self._file_of = file_of
         fill = self.params.prefetch is None
         for u in self.units.values():  # normally none yet: metadata comes before any access
             u.executor.extent_of = extent_of if fill and u.executor.fills_free_space else None

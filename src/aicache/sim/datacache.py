@@ -361,7 +361,16 @@ def simulate_datacache(
     else:
         sysobj, sysname = system, getattr(system, "name", type(system).__name__)
     grader = grader or ChironGrader()
-    sysobj.use_metadata(wl.file_extents().get)
+    table = wl.block_unit_of
+
+    def file_of(block: int) -> str | None:
+        if isinstance(table, list):
+            code = table[block] if 0 <= block < len(table) else None
+        else:
+            code = table.get(block)
+        return None if code is None else wl.units[int(code)]
+
+    sysobj.use_metadata(wl.file_extents().get, file_of)
     try:
         return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead),
                     sysname, capacity, cm, grader if grader.attach(sysobj) else None)

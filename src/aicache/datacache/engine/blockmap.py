@@ -170,6 +170,13 @@ class BlockMapping:
             return rel if "/" in rel else "./" + rel
         return path
 
+    def _unit_of_block(self, bid: int) -> str | None:
+        """The ``unit`` (:meth:`unit_of`) of the file block ``bid`` belongs to, from the
+        local block map; None while no registered file holds it."""
+        assert isinstance(self.policy, SystemDriver)
+        loc = self.policy.map.locate(bid)
+        return None if loc is None else self.unit_of(loc[0])
+
     def _extent_of_unit(self, unit: str) -> tuple[int, int] | None:
         """The block range of the file :meth:`unit_of` named ``unit`` (its inverse), from the
         local block map; None while the file is not registered."""

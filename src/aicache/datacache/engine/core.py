@@ -133,7 +133,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                 make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
                 p.block_size, capacity=self.store.capacity, overhead=HEADER_SIZE)
             # file extents from the block map, as the simulator gives its block table
-            self.policy.system.use_metadata(self._extent_of_unit)
+            self.policy.system.use_metadata(self._extent_of_unit, self._unit_of_block)
         self.metrics = EngineMetrics(self._snapshot)
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()

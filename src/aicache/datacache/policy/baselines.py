@@ -75,7 +75,8 @@ class PolicySystem(DataCacheSystem):
     def on_prefetch_wasted(self, block: int, now: float) -> None:
         self.prefetcher.on_prefetch_wasted(block, now)
 
-    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
+                     file_of: Callable[[int], str | None] | None = None) -> None:
         use = getattr(self.prefetcher, "use_metadata", None)  # file-aware prefetchers (SFP)
         if use is not None and self.file_level:
             use(extent_of)

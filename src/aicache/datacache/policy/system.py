@@ -69,10 +69,13 @@ class DataCacheSystem(ABC):
     def tick(self, now: float) -> None:
         """Background work due at ``now`` (advisor results, routine reviews)."""
 
-    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None]) -> None:
+    def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
+                     file_of: Callable[[int], str | None] | None = None) -> None:
         """The driver's file metadata: ``extent_of(file)`` = (first, last) block id of a
-        file (as a stat gives it), None when unknown. Called once, before any access; a
-        system that reads ahead by file uses it (the default ignores it)."""
+        file (as a stat gives it), None when unknown; ``file_of(block)`` = the file (as
+        ``on_access`` names it) a block id belongs to, None when unknown. Called once,
+        before any access; a system that reads ahead by file uses them (the default
+        ignores them)."""
 
     def stats(self) -> dict[str, Any]:
         """Counters for metrics: advisor calls/tokens, switches, active pattern per unit."""
