@@ -76,11 +76,3 @@ def test_credit_spent_on_resident_or_charged_blocks_only_once() -> None:
     cr.used(3)  # read: its credit comes back
     assert list(cr.grant([6, 7], resident=set())) == [6]
     assert cr.accuracy() == 1 / 4
-
-
-def test_room_bounds_the_unread_window() -> None:
-    cr = PrefetchCredit(initial=10, cap=10, gain=0.0, refill=0.0)
-    assert list(cr.grant([1, 2, 3, 4], resident=set(), room=2)) == [1, 2]
-    assert list(cr.grant([1, 2, 3], resident=set(), room=2)) == [1, 2]  # charged ones pass
-    cr.used(1)
-    assert list(cr.grant([3, 4], resident=set(), room=2)) == [3]

@@ -433,8 +433,7 @@ class ChironSystem(DataCacheSystem):
             units_of = self.units_of
             name = u.name
             out = [b for b in out if (f := file_of(b)) is None or units_of(f) == name]
-        # at most half the cache (in blocks of this read's size) charged and unread at once
-        return cr.grant(out, self.sizes, max(1, self.capacity // (2 * max(size, 1))))
+        return cr.grant(out, self.sizes)
 
     def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
                      file_of: Callable[[int], str | None] | None = None) -> None:

@@ -66,12 +66,10 @@ class PrefetchCredit:
         self.refused = 0  # blocks named but not granted for want of credit
         self.returned = 0  # charged blocks that were read (credit given back)
 
-    def grant(self, blocks: Sequence[int], resident: Container[int], room: int | None = None) -> Sequence[int]:
+    def grant(self, blocks: Sequence[int], resident: Container[int]) -> Sequence[int]:
         """The part of ``blocks`` (a prefetcher's answer, in its order) this stream may
         fetch: already charged ones pass free (they are in flight, or a fetch the driver
-        dropped), resident ones are left out, the rest while credit lasts and fewer than
-        ``room`` charged blocks are unread (a window larger than its cache can hold evicts
-        its own prefetches before they are read)."""
+        dropped), resident ones are left out, the rest while credit lasts."""
         if not blocks:
             return blocks
         pending = self.pending
@@ -81,7 +79,7 @@ class PrefetchCredit:
                 keep = False
             elif b in pending:
                 keep = True
-            elif self.credit >= 1.0 and (room is None or len(pending) < room):
+            elif self.credit >= 1.0:
                 self.credit -= 1.0
                 pending.add(b)
                 self.granted += 1
