@@ -27,7 +27,8 @@ Threads and guarantees:
   over) instead of fetching twice. A flight always resolves (whatever fails between its
   registration and its fetch fails it), and a wait on one is bounded
   (:meth:`EngineParams.flight_wait_bound`): past it the reader fetches the block itself.
-* Write-behind: a fetched block goes to its reader (and every reader waiting on its
+* Write-behind (a policy of this process's own; a daemon-shared cache stores before it
+  answers): a fetched block goes to its reader (and every reader waiting on its
   fetch) first; one writer thread then stores it, and until it is stored its flight
   stays in the in-flight table, so a reader of it meanwhile gets the bytes from there
   instead of fetching them again. At most ``max_write_behind_bytes`` wait for the writer;
@@ -164,9 +165,11 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                                            thread_name_prefix="aicache-prefetch")
         #: write-behind: fetched blocks are written to the store here, off the reader's path
         #: (a block write with its index commit took ~2-7 ms, a quarter to a half of a
-        #: 10 ms remote fetch); None in ``sync_prefetch`` mode, which must store in order
+        #: 10 ms remote fetch); None in ``sync_prefetch`` mode, which must store in order,
+        #: and under the cache dir's policy daemon: a reader in another process would find
+        #: a block admitted but not written yet, and the shared policy would take it as lost
         self._writer: cf.ThreadPoolExecutor | None = None
-        if p.write_behind and not p.sync_prefetch:
+        if p.write_behind and not p.sync_prefetch and mode is DaemonMode.LOCAL:
             self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aicache-store")
         self._write_bytes = 0  # bytes handed to the writer and not yet written
         self._write_count = 0

@@ -57,7 +57,8 @@ class EngineParams:
     #: simulator's decisions (``tests/test_engine_vs_sim.py``)
     sync_prefetch: bool = False
     #: store fetched blocks on a writer thread after the reader has its bytes (see
-    #: :mod:`aicache.datacache.engine.core`); off in ``sync_prefetch`` mode
+    #: :mod:`aicache.datacache.engine.core`); off in ``sync_prefetch`` mode and under the
+    #: policy daemon (``daemon=True``)
     write_behind: bool = True
     #: bytes of fetched blocks that may wait for the writer; past it readers store their
     #: own blocks (back-pressure instead of unbounded memory)
