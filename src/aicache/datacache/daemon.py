@@ -21,10 +21,12 @@ Lifetime: the first client that finds no daemon starts one (``python -m
 aicache.datacache.daemon``, its own session, log in ``CACHE_DIR/daemon.log``); an
 ``flock`` on ``CACHE_DIR/daemon.lock`` makes it the only one; it exits
 :data:`IDLE_EXIT_S` seconds (``--idle-exit``) after its last client disconnected, so a job's
-daemon goes with the job. Short on purpose: a process that holds a filesystem keeps its
-connection, so only a gap with no reading process at all (between two jobs, or between two
-epochs when only the workers read) outlasts it, and the next client then starts a fresh
-daemon — decisions start over, the cached blocks stay. If the daemon dies, stops (SIGSTOP) or wedges,
+daemon goes with the job. Short on purpose, but longer than the gap between two epochs when
+only the workers read (a DataLoader starts new workers, each importing torch, which took
+over 10 s on two loaded cores): only a gap with no reading process at all (between two jobs)
+outlasts it, and the next client then starts a fresh daemon — decisions start over, the
+cached blocks stay. A daemon a job serves itself (:class:`PolicyDaemon` in the job's
+process) is stopped by that job, not by idleness. If the daemon dies, stops (SIGSTOP) or wedges,
 a client's call gives up after ``daemon_timeout_s`` (EngineParams), the client falls back
 to a policy of its own (logged) and keeps reading, and reconnects in the background with
 backoff once the daemon answers again: the daemon improves decisions, the store guarantees
@@ -65,7 +67,7 @@ log = logging.getLogger("aicache.daemon")
 
 SOCK = "policy.sock"
 #: seconds a daemon with no client waits before it exits (see the module docstring)
-IDLE_EXIT_S = 10.0
+IDLE_EXIT_S = 30.0
 
 
 Driver = SystemDriver[BlockKey]

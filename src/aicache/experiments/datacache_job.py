@@ -527,7 +527,9 @@ def _policy_owner(system: str, params: JobParams, ds: JobDataset, cache_dir: str
     from aicache.datacache.daemon import PolicyDaemon
     from aicache.datacache.policy.driver import SystemDriver
 
-    daemon = PolicyDaemon(cache_dir, SystemDriver(make_job_system(system, params, ds), ds.block_size))
+    # the job stops it: between phases no worker may be connected for a while
+    daemon = PolicyDaemon(cache_dir, SystemDriver(make_job_system(system, params, ds), ds.block_size),
+                          idle_exit_s=float("inf"))
     daemon.start_thread()
     try:
         yield daemon
