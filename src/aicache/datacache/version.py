@@ -23,7 +23,8 @@ version must not name other bytes on another target with the same path. S3 ETags
 content hashes and GCS generations unique per object write; HTTP paths carry the host;
 local versions are one machine's inodes. The generic scheme's mtime + size is not unique
 that way (two hosts, one path, one size, one second), so its versions are prefixed with
-:func:`target_token` of the target (its class and options).
+:func:`version_namespace` of the target (its class and options as plain data, alike in
+every process).
 
 Invariants: the same object state gives the same version whichever call described it (a
 listing entry or a stat), so cached blocks are shared by every path into the cache and by
@@ -266,7 +267,33 @@ def scheme_for(fs: AbstractFileSystem) -> VersionScheme:
     for p in protos:
         if p in PROTOCOLS:
             return SCHEMES.get(PROTOCOLS[p])()
-    return VersionScheme(namespace=target_token(fs))
+    return VersionScheme(namespace=version_namespace(fs))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain data that every process derives alike: numbers, strings, lists
+    and dicts as they are, a filesystem as its class and (plain) options, any other object
+    as its class name (a shared counter, a lock: their identity is the process's own)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, AbstractFileSystem):
+        return ["fs", type(value).__module__, type(value).__qualname__,
+                _plain(getattr(value, "storage_args", ())), _plain(getattr(value, "storage_options", {}))]
+    return type(value).__qualname__
+
+
+def version_namespace(fs: AbstractFileSystem) -> str:
+    """The prefix of a generic target's versions: the same in every process that builds
+    the target alike (DataLoader workers, the policy daemon's clients share its blocks),
+    from its class and its options as plain data (:func:`_plain`); unlike
+    :func:`target_token`, never an object's identity."""
+    return str(tokenize(type(fs).__module__, type(fs).__qualname__,
+                        _plain(getattr(fs, "storage_args", ())),
+                        _plain(getattr(fs, "storage_options", {}))))
 
 
 def target_token(fs: AbstractFileSystem) -> str:
