@@ -306,12 +306,23 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         unit = fb.unit
         with self._lock:
             flight = self._inflight.get(key)
+            fresh = flight is None
             if flight is None:
                 flight = _Flight(0, claimed=True)
                 self._inflight[key] = flight
                 leader = True
             else:
                 leader = flight.claim()  # a queued prefetch not started yet: take it over
+        if fresh and self._writer is not None:
+            # write-behind: the writer may have stored the block (and ended its flight)
+            # between the caller's store lookup and this flight: read it, do not refetch
+            stored = self.store.get(key)
+            if stored is not None:
+                flight.future.set_result(stored)
+                self._end_flight(key, flight)
+                self._local_hit(key, bid, unit, len(stored), self._now())
+                self.metrics.reads.count_hit(len(stored) if served is None else served)
+                return stored, True
         try:
             data: bytes | None = None
             stuck = False
