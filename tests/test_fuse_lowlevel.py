@@ -160,11 +160,11 @@ def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Pa
 
 @pytest.mark.parametrize("flag", [None, "--kernel-cache", "--no-kernel-cache"])
 def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, flag: str | None) -> None:
-    """The default (and ``--kernel-cache``) answers ``keep_cache`` on open: a re-read of a
-    file is served by the kernel's page cache and never reaches the engine; with
-    ``--no-kernel-cache`` each open drops the pages and the re-read is served (and counted)
+    """``--kernel-cache`` answers ``keep_cache`` on open: a re-read of a file is served by
+    the kernel's page cache and never reaches the engine; by default (and with
+    ``--no-kernel-cache``) each open drops the pages and the re-read is served (and counted)
     by the engine."""
-    kernel_cache = flag != "--no-kernel-cache"
+    kernel_cache = flag == "--kernel-cache"
     data = os.urandom(2 * MiB + 5)
     port = free_port()
     extra = ["--block-size", "1MiB", "--policy", "lru", "--metrics-port", str(port)]

@@ -34,8 +34,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true", help="stay in the foreground")
     p.add_argument("--kernel-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="keep file pages in the kernel across opens, as JuiceFS does: a re-read of an "
-                        "unchanged file is served by the kernel, unseen by the policy (default: on, "
-                        "off with --direct-io); pages are kept only for the version an open reads")
+                        "unchanged file is served by the kernel, unseen by the policy (default: off; "
+                        "under load an open may still see another version's pages, see the README)")
     p.add_argument("--direct-io", action="store_true",
                    help="bypass the kernel page cache on every open (fastest for large sequential "
                         "reads; no mmap, no kernel readahead for small reads). Without it, a "
@@ -340,8 +340,8 @@ def run(args: argparse.Namespace) -> int:
     if args.direct_io and args.kernel_cache:
         raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
                        "page cache, the other keeps pages in it); pick one")
-    if args.kernel_cache is None:  # a recording must see every read, re-reads included
-        args.kernel_cache = not args.direct_io and not args.record
+    if args.kernel_cache is None:  # off: under load it has mixed versions in one open
+        args.kernel_cache = False
     if args.readahead_kb is not None and args.readahead_kb < 0:
         raise BadInput(f"--readahead-kb {args.readahead_kb} is negative; give 0 (kernel default) or a size in KiB")
     why = fuse_available()
