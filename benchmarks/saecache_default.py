@@ -22,7 +22,7 @@ from aicache.sim.prefix import load_requests, simulate
 ROOT = Path(__file__).resolve().parent.parent
 CAPACITIES = ("5%", "10%", "20%", "30%", "50%")
 BASELINES = ("lru", "lfu", "s3fifo", "sieve")
-VARIANTS = ("saecache", "saecache-reuse", "saecache-seed")
+VARIANTS = ("saecache", "saecache-seed", "saecache-priority")
 
 
 def run_trace(name: str, reqs: list, labels: object, seed: int) -> dict:

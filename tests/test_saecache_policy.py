@@ -159,8 +159,8 @@ def test_determinism() -> None:
 
     a, _ = load_requests(workload="mix", sessions=80, seed=9)
     b, _ = load_requests(workload="mix", sessions=80, seed=9)
-    ra = simulate(a, "saecache", "15%", seed=1).to_dict()
-    rb = simulate(b, "saecache", "15%", seed=1).to_dict()
+    ra = simulate(a, "saecache-priority", "15%", seed=1).to_dict()
+    rb = simulate(b, "saecache-priority", "15%", seed=1).to_dict()
     for r in (ra, rb):
         r.pop("wall_seconds"), r.pop("decisions_per_second"), r.pop("cpu_seconds")
     assert ra == rb
@@ -258,7 +258,7 @@ def test_fast_victim_equals_reference_on_generated_and_real_traces(source: str) 
     pol = _Checked(cap)
     res = simulate(reqs, pol, cap)
     assert res.evictions > 200  # the reference was consulted many times
-    assert res.token_hit_ratio == simulate(reqs, "saecache", cap).token_hit_ratio
+    assert res.token_hit_ratio == simulate(reqs, "saecache-priority", cap).token_hit_ratio
 
 
 class _CheckedDuel(SAECacheDuel):

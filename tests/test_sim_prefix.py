@@ -184,7 +184,7 @@ def test_inconsistent_block_counts_never_hit_more_than_the_prompt() -> None:
     assert res.token_hit_ratio <= 1.0 and res.ttft_mean_s > 0
 
 
-@pytest.mark.parametrize("name", ["saecache", "saecache-seed", "saecache-duel", "saecache-reuse", "lru", "lfu", "lpc", "s3fifo", "sieve", "belady"])
+@pytest.mark.parametrize("name", ["saecache", "saecache-seed", "saecache-priority", "saecache-duel", "saecache-reuse", "lru", "lfu", "lpc", "s3fifo", "sieve", "belady"])
 def test_every_prefix_policy_keeps_the_cache_contract(name: str) -> None:
     """Every registered policy, on a shifting mix: capacity never exceeded and the policy's
     resident set equals the cache's (both asserted inside ``simulate``), hits never exceed
