@@ -84,6 +84,7 @@ from aicache.datacache.engine import (
     FileMeta,
     default_cache_dir,
 )
+from aicache.datacache.engine.sparse import ReadStream
 from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode
 from aicache.datacache.version import target_token
@@ -396,6 +397,7 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         self._memo_idx = -1
         self._memo: bytes = b""
         self._memo_hit = False
+        self._stream = ReadStream()  # tells a streaming reader from a jumping one
         super().__init__(fs, path, mode="rb", block_size=fs.engine.block_size,
                          cache_type="none", size=meta.size)
 
@@ -415,15 +417,22 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         return out
 
     def _fetch_range(self, start: int, end: int) -> bytes:
-        B = self.engine.block_size
+        engine = self.engine
+        B = engine.block_size
         if end <= start:
             return b""
+        self._stream.note(start, end, engine.page_size)
         idx = start // B
         if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
-            return self.engine.read_meta(self.meta, start, end - start)
+            return engine.read_meta(self.meta, start, end - start, self._stream)
         s, e = start - idx * B, end - idx * B
         if idx != self._memo_idx:
-            if s == 0 and e >= min(B, self.meta.size - idx * B):
+            whole = s == 0 and e >= min(B, self.meta.size - idx * B)
+            if not whole and engine.page_size:  # a sparse read of a block not held: its pages
+                got = engine.read_sparse(self.meta, start, end, self._stream)
+                if got is not None:
+                    return got
+            if whole:
                 # a whole block (the sequential reader's 4 MiB read): not memoised, so that
                 # it is freed as soon as the caller drops it — keeping it alive made every
                 # next read allocate (and page-fault) a fresh 4 MiB buffer

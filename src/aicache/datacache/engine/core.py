@@ -69,6 +69,7 @@ from aicache.datacache.engine.fetch import Fetcher, _Flight
 from aicache.datacache.engine.meta import FileMeta, MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
+from aicache.datacache.engine.sparse import PageReader, ReadStream, check_page_size
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -93,7 +94,7 @@ from aicache.datacache.version import scheme_for
 log = logging.getLogger("aicache.datacache")
 
 
-class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
+class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient):
     """Block-cached reads of ``target`` (any fsspec filesystem) into ``cache_dir``.
 
     ``policy``: a system name (``chiron``, ``juicefs``, ``alluxio``, ``lru+stride``, a bare
@@ -122,6 +123,9 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
                                 mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode,
                                 free_space_ratio=p.free_space_ratio)
         self.block_size = p.block_size
+        #: the granule of sparse reads (0: off; see :mod:`aicache.datacache.engine.sparse`)
+        self.page_size = check_page_size(p.page_size, p.block_size)
+        self._page_ids: dict[str, tuple[int, int]] = {}
         self.policy: PolicyPort
         mode = DaemonMode.of(daemon)
         if mode is not DaemonMode.LOCAL:
@@ -225,10 +229,13 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         """Bytes ``[offset, offset+length)`` of ``path`` (clipped at EOF), via blocks."""
         return self.read_meta(self.stat(path), offset, length)
 
-    def read_meta(self, meta: FileMeta, offset: int = 0, length: int | None = None) -> bytes:
+    def read_meta(self, meta: FileMeta, offset: int = 0, length: int | None = None,
+                  stream: ReadStream | None = None) -> bytes:
         """:meth:`read` of a file already :meth:`stat`-ed (callers that hold the metadata —
         ``cat_file``, open files, FUSE handles — skip a second lookup). A whole single
-        block is returned as is: no slice, no copy."""
+        block is returned as is: no slice, no copy. ``stream``: the reader's run, this
+        read noted in it already (None: the read is judged alone); a sparse piece of a
+        block not held is read by pages (:meth:`read_sparse`)."""
         size = meta.size
         end = size if length is None else offset + length
         if end > size:
@@ -239,14 +246,24 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
             return b""
         B = self.block_size
         first, last = offset // B, (end - 1) // B
+        paged = self.page_size > 0
         if first == last:
             s, e = offset - first * B, end - first * B
+            if paged and (s > 0 or e < min(B, size - first * B)):
+                got = self.read_sparse(meta, offset, end, stream)
+                if got is not None:
+                    return got
             blk = self.read_block(meta, first, e - s)
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
         for i in range(first, last + 1):
             s = max(offset, i * B) - i * B
             e = min(end, (i + 1) * B) - i * B
+            if paged and (s > 0 or e < min(B, size - i * B)):
+                got = self.read_sparse(meta, i * B + s, i * B + e, stream)
+                if got is not None:
+                    parts.append(got)
+                    continue
             blk = self.read_block(meta, i, e - s)
             parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
         return b"".join(parts)

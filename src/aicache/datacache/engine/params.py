@@ -39,9 +39,10 @@ class EngineParams:
     #: default; e.g. 0o640 for a cache shared with a group — see :mod:`aicache.datacache.store`
     cache_mode: int = DEFAULT_CACHE_MODE
     #: list the whole dataset root once (``find``) on first access, so block ids follow
-    #: the sorted path order across folders and readahead crosses folder boundaries; off,
-    #: each folder is listed on its first read (ids then follow the order folders are met)
-    list_root: bool = True
+    #: the sorted path order across folders; off (the default), each folder is listed
+    #: (not recursively) on the first read in it, and ids follow the order folders are met:
+    #: a mount of a bucket's root listed the whole bucket before its first byte
+    list_root: bool = False
     #: longest wait for one answer of the policy daemon (``daemon=True``); past it the
     #: process decides locally and reconnects later — see :mod:`aicache.datacache.daemon`
     daemon_timeout_s: float = 1.0
@@ -66,6 +67,12 @@ class EngineParams:
     #: longest wait of a reader on another reader's fetch of the same block; None: derived
     #: from ``request_timeout_s``, ``retries`` and ``backoff_s`` (:meth:`flight_wait_bound`)
     flight_wait_s: float | None = None
+    #: bytes of a *page*, the granule of sparse reads (a divisor of ``block_size``; 0:
+    #: whole blocks only) — see :mod:`aicache.datacache.engine.sparse`
+    page_size: int = 64 * 1024
+    #: a reader whose reads form a contiguous run this long gets whole blocks (and the
+    #: policy's readahead); a shorter or jumping one gets the pages it reads
+    sparse_run: int = 1024 * 1024
 
     def flight_wait_bound(self) -> float:
         """How long a reader waits on a fetch in flight before fetching itself: twice what

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, FileMeta
+from aicache.datacache.engine.sparse import ReadStream
 from aicache.datacache.store import BlockKey, BlockStore
 
 
@@ -52,15 +53,20 @@ class Handle:
 
     ``hit_bytes`` counts every piece served from a block whose access was a hit (the
     first piece with the access, the later ones as they are read), never the whole
-    block: a 1-byte read counts one byte."""
+    block: a 1-byte read counts one byte.
 
-    __slots__ = ("meta", "cur", "prev", "lock")
+    A request that jumps (not continuing the handle's run of reads, ``stream``) into a
+    block the cache does not hold reads only the pages covering it
+    (:meth:`CacheEngine.read_sparse`); the handle then holds no block for it."""
+
+    __slots__ = ("meta", "cur", "prev", "lock", "stream")
 
     def __init__(self, meta: FileMeta) -> None:
         self.meta = meta
         self.cur: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
         self.prev: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
         self.lock = threading.Lock()
+        self.stream = ReadStream()
 
     def serve(self, engine: CacheEngine, idx: int, s: int, x: Any,
               how: tuple[Callable[..., Any], Callable[..., Any]]) -> Any:
@@ -68,6 +74,8 @@ class Handle:
         :data:`INTO_BUFFER`, :data:`AS_DESCRIPTOR`); one demand access per block."""
         ranged, sliced = how
         n = x - s if isinstance(x, int) else len(x)  # the piece's length, for hit_bytes
+        b0 = idx * engine.block_size
+        self.stream.note(b0 + s, b0 + s + n, engine.page_size)
         got = self._held(engine, idx, s, x, n, ranged, sliced)
         if got is not None:
             return got
@@ -77,6 +85,11 @@ class Handle:
                 return got
             key = engine.claim_range_hit(self.meta, idx, n)
             if key is None:  # a miss, or a block not verified here yet: read it whole
+                if engine.page_size:  # ... unless the read is sparse: then its pages
+                    end = min(b0 + s + n, self.meta.size)
+                    piece = engine.read_sparse(self.meta, b0 + s, end, self.stream)
+                    if piece is not None:
+                        return sliced(piece, 0, x - s if isinstance(x, int) else x)
                 return self._load(engine, idx, s, x, n, sliced)
             self._moved_to(idx, None, True)
         # a verified local block, already accounted: read outside the lock, so that the

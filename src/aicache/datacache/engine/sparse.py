@@ -1,0 +1,229 @@
+"""Sparse reads: fetches sized to the read, cached as small *pages* beside the blocks.
+
+A remote file is cached in blocks of ``block_size`` (4 MiB by default): the unit of
+fetch, storage, eviction and the policy's block ids. A reader that jumps (a Parquet
+footer then one column's chunks, a slice of a ``.npy``, one tensor of a safetensors file)
+reads a few hundred KiB out of such a block; fetching the whole block for it multiplied
+the bytes a job pays for by up to ``block_size / read``.
+
+The rule (:func:`dense`): a piece of a read that falls in block ``i`` is fetched as the
+whole block when it covers that block (to the file's end), or when its reader is
+*streaming* — the reads of the open file so far form one contiguous run of at least
+``sparse_run`` bytes (1 MiB by default), or a run that started at offset 0 with a read of
+at least one page (a sequential scan, a whole-file read, the kernel's readahead of a FUSE
+mount). Any other piece of a block the cache does not hold is *sparse*: only the pages
+(``page_size``, 64 KiB by default, a divisor of the block size) covering it are fetched,
+with one ranged GET from the first missing page to the last (:func:`fetch_span`), and
+each page is stored as a block of its own.
+
+Pages are a second key space of the same store: page ``j`` of version ``v`` of ``path``
+is ``BlockKey(path, v + PAGE_TAG + page_size, j)`` (the tag cannot occur in a version,
+see :data:`PAGE_TAG`), so pages are checksummed, pinned to the version and shared between
+processes exactly as blocks are. A read is served locally when its block is stored, or
+when every page covering it is. The policy sees each page as a block: a file's pages get
+their own id range in the block map (registered under ``path + PAGES_SUFFIX``, sized so
+that it holds one id per page), are reported under the file's unit, and are admitted,
+charged (payload + header, as blocks) and evicted by the policy like any block, so the
+budget holds. A prefetch the policy names in a page range is skipped (no metadata is
+known under that name): sparse reads are not read ahead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aicache.datacache.engine.blockmap import FileBlocks
+from aicache.datacache.engine.fetch import _Flight
+from aicache.datacache.engine.meta import FileMeta
+from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.policy.driver import PolicyPort, Source
+from aicache.datacache.store import BlockKey, BlockStore
+
+#: separates a version from the page size in a page's key. A version is an ETag, a
+#: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
+#: holds an ASCII record separator, so a page key never equals a block key
+PAGE_TAG = "\x1epage"
+#: what a file's page id range is registered under in the block map (same reason)
+PAGES_SUFFIX = "\x1epages"
+
+
+@dataclass(slots=True)
+class ReadStream:
+    """One reader's position in one open file: the contiguous run its reads form so far
+    (what tells a streaming reader from one that jumps)."""
+
+    #: where the run ends (the next read continues it if it starts here); -1: no read yet
+    end: int = -1
+    #: bytes in the run; a run that began at offset 0 with a read of at least a page is
+    #: taken as a stream from its first read
+    length: int = 0
+    from_start: bool = False
+
+    def note(self, start: int, end: int, page: int) -> None:
+        """Record the read ``[start, end)``."""
+        if start == self.end:
+            self.length += end - start
+        else:
+            self.length = end - start
+            self.from_start = start == 0 and end - start >= page
+        self.end = end
+
+
+def dense(piece_start: int, piece_end: int, block_start: int, block_end: int,
+          stream: ReadStream | None, page: int, sparse_run: int) -> bool:
+    """Whether the piece ``[piece_start, piece_end)`` of the block ``[block_start,
+    block_end)`` (clipped at the file's end) is fetched as the whole block. ``stream``:
+    the reader's run including this read (None: the read alone, e.g. ``cat_file``, whose
+    run is the piece's own length). Pages off (``page`` 0): always."""
+    if page <= 0 or (piece_start <= block_start and piece_end >= block_end):
+        return True
+    if stream is None:
+        return piece_end - piece_start >= sparse_run
+    return stream.from_start or stream.length >= sparse_run
+
+
+def page_range(start: int, end: int, page: int) -> tuple[int, int]:
+    """The first and last page index covering the bytes ``[start, end)`` (``end > start``)."""
+    return start // page, (end - 1) // page
+
+
+def fetch_span(first: int, last: int, present: set[int] | frozenset[int]) -> tuple[int, int] | None:
+    """The pages one GET fetches for a read covering pages ``first..last`` of which
+    ``present`` are stored: from the first missing page to the last (the stored ones in
+    between come along: one request rather than one per gap). None: nothing missing."""
+    lo = next((j for j in range(first, last + 1) if j not in present), None)
+    if lo is None:
+        return None
+    hi = next(j for j in range(last, first - 1, -1) if j not in present)
+    return lo, hi
+
+
+def check_page_size(page: int, block_size: int) -> int:
+    """``page`` if it is a usable page size for blocks of ``block_size`` (a divisor,
+    smaller than the block), else 0 (pages off)."""
+    if page <= 0 or page >= block_size or block_size % page:
+        return 0
+    return page
+
+
+class PageReader:
+    """:class:`~aicache.datacache.engine.CacheEngine`'s sparse reads (a mixin: the state
+    lives on the engine; page id ranges in ``_page_ids``, guarded by its ``_lock``)."""
+
+    params: EngineParams
+    policy: PolicyPort
+    store: BlockStore
+    metrics: EngineMetrics
+    block_size: int
+    page_size: int
+    _lock: threading.Lock
+    _inflight: dict[BlockKey, _Flight]
+    _page_ids: dict[str, tuple[int, int]]
+    _record: Callable[[float, str, int, int], None] | None
+    _now: Callable[[], float]
+    _file_blocks: Callable[[FileMeta], FileBlocks]
+    _fetch_range: Callable[[FileMeta, int, int], bytes]
+    _insert: Callable[..., bool]
+    _end_flight: Callable[[BlockKey, _Flight], None]
+    _policy_error: Callable[[Exception], None]
+
+    def read_sparse(self, meta: FileMeta, start: int, end: int,
+                    stream: ReadStream | None) -> bytes | None:
+        """The bytes ``[start, end)`` (inside one block, ``end`` ≤ the file's size) served
+        from pages — fetching the missing ones — when the read is sparse (:func:`dense`)
+        and the store holds no whole block for it (stored or being fetched); None when the
+        caller reads the block (nothing was accounted then)."""
+        P = self.page_size
+        B = self.block_size
+        idx = start // B
+        b0 = idx * B
+        if dense(start, end, b0, min(b0 + B, meta.size), stream, P, self.params.sparse_run):
+            return None
+        fb = self._file_blocks(meta)
+        key = fb.key(idx)
+        if key in self._inflight or self.store.contains(key):
+            return None
+        return self._read_pages(meta, fb, start, end)
+
+    def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
+        return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)
+
+    def _page_base(self, meta: FileMeta) -> int:
+        """The first block id of ``meta``'s pages (registered on first use; anew when the
+        file grew past its range)."""
+        n = max(1, -(-meta.size // self.page_size))
+        have = self._page_ids.get(meta.path)
+        if have is not None and have[1] >= n:
+            return have[0]
+        # the block map gives ceil(size / block_size) ids: ask for n blocks' worth
+        got = self.policy.register([(meta.path + PAGES_SUFFIX, n * self.block_size)])
+        base, count = got[meta.path + PAGES_SUFFIX]
+        with self._lock:
+            if len(self._page_ids) >= 1 << 16:
+                self._page_ids.clear()
+            self._page_ids[meta.path] = (base, count)
+        return base
+
+    def _read_pages(self, meta: FileMeta, fb: FileBlocks, start: int, end: int) -> bytes:
+        P = self.page_size
+        first, last = page_range(start, end, P)
+        pages: dict[int, bytes] = {}
+        for j in range(first, last + 1):
+            k = self._page_key(meta, j)
+            data = self.store.get(k)
+            if data is None:
+                flight = self._inflight.get(k)  # fetched, not written yet
+                if flight is not None and flight.future.done() and flight.future.exception() is None:
+                    data = flight.future.result()
+            if data is not None:
+                pages[j] = data
+        span = fetch_span(first, last, frozenset(pages))
+        fetched: dict[int, bytes] = {}
+        if span is not None:
+            lo, hi = span
+            s0 = lo * P
+            blob = self._fetch_range(meta, s0, min(meta.size, (hi + 1) * P))
+            for j in range(lo, hi + 1):
+                if j not in pages:
+                    fetched[j] = pages[j] = blob[(j - lo) * P:(j - lo + 1) * P]
+        base = self._page_base(meta)
+        unit = fb.unit
+        now = self._now()
+        for j in range(first, last + 1):  # each page one access, in file order
+            k = self._page_key(meta, j)
+            size = len(pages[j])
+            try:  # a page's prefetch answer is not followed: sparse reads are not read ahead
+                self.policy.read(unit, base + j, k, size,
+                                 Source.REMOTE if j in fetched else Source.STORE, now)
+            except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
+                self._policy_error(exc)
+            if self._record is not None:
+                self._record(now, unit, base + j, size)
+            if j in fetched:
+                self._store_page(unit, base + j, k, fetched[j])
+        if fetched:
+            self.metrics.misses.inc()
+        else:
+            self.metrics.reads.count_hit(end - start)
+        out = b"".join(pages[j] for j in range(first, last + 1))
+        s = start - first * P
+        return out[s:s + (end - start)]
+
+    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes) -> None:
+        """A fetched page through admission and the store (write-behind when the engine
+        has a writer: until written, its bytes are served from its flight)."""
+        flight = _Flight(0, claimed=True)
+        with self._lock:
+            if key in self._inflight:  # another reader fetched it too and stores it
+                return
+            self._inflight[key] = flight
+        flight.future.set_result(data)
+        deferred = False
+        try:
+            deferred = self._insert(unit, bid, key, data, False, flight)
+        finally:
+            if not deferred:
+                self._end_flight(key, flight)
