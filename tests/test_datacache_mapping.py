@@ -1,6 +1,8 @@
-"""Block ids follow the sorted path order of the whole dataset, whatever order folders are
-first read in, so a sorted traversal is one stride and readahead crosses folder boundaries
-(docs/design/chiron.md: "Files sorted by path get consecutive block ranges")."""
+"""With ``list_root=True``, block ids follow the sorted path order of the whole dataset,
+whatever order folders are first read in, so a sorted traversal is one stride and
+readahead crosses folder boundaries (docs/design/chiron.md: "Files sorted by path get
+consecutive block ranges"). By default (off) a root is never listed whole: the first read
+in a folder lists that folder only, not recursively."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def _dataset(root: Path) -> list[str]:
 def test_ids_follow_sorted_paths_across_folders(tmp_path: Path, first: str) -> None:
     paths = _dataset(tmp_path / "data")
     e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="alluxio",
-                    params=EngineParams(block_size=BLOCK), root=str(tmp_path / "data"))
+                    params=EngineParams(block_size=BLOCK, list_root=True), root=str(tmp_path / "data"))
     try:
         # meet a later folder first: ids must not depend on the order folders are read in
         e.stat(next(p for p in paths if f"/{first}/" in p))
@@ -59,7 +61,7 @@ def test_readahead_crosses_a_folder_boundary(tmp_path: Path) -> None:
     asked for, so the first read of the next folder is a hit."""
     paths = _dataset(tmp_path / "data")
     e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 20, policy="juicefs",
-                    params=EngineParams(block_size=BLOCK), root=str(tmp_path / "data"))
+                    params=EngineParams(block_size=BLOCK, list_root=True), root=str(tmp_path / "data"))
     try:
         for p in paths[:3]:  # a/0, a/1, a/2
             assert e.read(p) == Path(p).read_bytes()
@@ -67,6 +69,31 @@ def test_readahead_crosses_a_folder_boundary(tmp_path: Path) -> None:
         hits = e.stats()["hits"]
         assert e.read(paths[3]) == Path(paths[3]).read_bytes()  # b/0.bin
         assert e.stats()["hits"] == hits + 1, "b/0.bin was not prefetched across the boundary"
+    finally:
+        e.close()
+
+
+def test_by_default_a_first_read_lists_only_its_own_folder(tmp_path: Path) -> None:
+    """A mount of a bucket's root listed the whole bucket (``find``) before the first byte;
+    now the first read asks for one non-recursive listing, of the file's folder."""
+    paths = _dataset(tmp_path / "data")
+    target = fsspec.filesystem("file", skip_instance_cache=True)
+    asked: list[tuple[str, str]] = []
+    for name in ("ls", "find", "walk", "glob"):
+        inner = getattr(target, name)
+
+        def spy(path: str, *a: object, _inner=inner, _name=name, **kw: object) -> object:
+            asked.append((_name, str(path)))
+            return _inner(path, *a, **kw)
+
+        setattr(target, name, spy)
+    e = CacheEngine(target, str(tmp_path / "cache"), 1 << 20, policy="chiron",
+                    params=EngineParams(block_size=BLOCK, stats_interval_s=0),
+                    root=str(tmp_path / "data"))
+    try:
+        p = next(p for p in paths if "/b/" in p)
+        assert e.read(p) == Path(p).read_bytes()
+        assert asked == [("ls", str(tmp_path / "data" / "b"))]
     finally:
         e.close()
 

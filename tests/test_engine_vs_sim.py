@@ -115,7 +115,7 @@ def test_engine_and_simulator_make_the_same_decisions(tmp_path: Path, name: str)
     e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), cap, policy=eng_system,
                     params=EngineParams(block_size=BLOCK, sync_prefetch=True,
                                         max_prefetch=MAX_PREFETCH, stats_interval_s=0,
-                                        metadata_ttl_s=1e9),
+                                        metadata_ttl_s=1e9, list_root=True),
                     root=str(root), clock=clock)
     try:
         for i, (fi, b) in enumerate(reads):

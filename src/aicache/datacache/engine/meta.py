@@ -95,6 +95,9 @@ class MetadataCache:
             if meta is not None:
                 return meta
             try:
+                # the folder's listing first (one request, made for the block map anyway):
+                # its entry then answers this stat, which needs no HEAD of its own
+                self._ensure_listed(path)
                 return self._stat_remote(path, now)
             finally:
                 with self._lock:

@@ -1,0 +1,225 @@
+"""Sparse reads (:mod:`aicache.datacache.engine.sparse`): the fetch sizing against
+brute-force references, and the engine's bytes, requests, budget and versions with pages."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.engine.sparse import (
+    ReadStream,
+    check_page_size,
+    dense,
+    fetch_span,
+    page_range,
+)
+
+B = 64 * 1024  # blocks
+P = 4 * 1024  # pages
+RUN = 16 * 1024  # sparse_run
+
+
+# -- the sizing, against brute force -------------------------------------------------------------
+def test_page_range_is_the_pages_whose_bytes_meet_the_read() -> None:
+    rng = random.Random(1)
+    for _ in range(2000):
+        page = rng.choice([1, 3, 8, 64])
+        s = rng.randrange(0, 400)
+        e = s + rng.randrange(1, 300)
+        touched = [j for j in range(0, e // page + 2) if j * page < e and (j + 1) * page > s]
+        assert page_range(s, e, page) == (touched[0], touched[-1])
+
+
+def test_fetch_span_is_the_shortest_run_holding_every_missing_page() -> None:
+    rng = random.Random(2)
+    for _ in range(3000):
+        first = rng.randrange(0, 20)
+        last = first + rng.randrange(0, 12)
+        present = {j for j in range(first, last + 1) if rng.random() < 0.5}
+        missing = [j for j in range(first, last + 1) if j not in present]
+        # brute force: of all runs [lo, hi] inside [first, last] holding every missing page,
+        # the shortest (unique: it starts and ends at a missing page)
+        runs = [(lo, hi) for lo in range(first, last + 1) for hi in range(lo, last + 1)
+                if all(lo <= j <= hi for j in missing)]
+        want = min(runs, key=lambda r: r[1] - r[0]) if missing else None
+        assert fetch_span(first, last, present) == want
+
+
+def test_dense_takes_whole_blocks_for_covering_or_streaming_reads_only() -> None:
+    # a piece covering its block (to the file's end) is always the whole block
+    assert dense(0, B, 0, B, None, P, RUN) and dense(0, 100, 0, 100, ReadStream(), P, RUN)
+    # pages off: always whole blocks
+    assert dense(10, 20, 0, B, None, 0, RUN)
+    # a read judged alone: by its own length
+    assert not dense(10, 10 + RUN - 1, 0, B, None, P, RUN)
+    assert dense(10, 10 + RUN, 0, B, None, P, RUN)
+    # a reader's run: tiny reads from 0 stay sparse until the run reaches sparse_run
+    st = ReadStream()
+    pos, seen = 0, []
+    for n in [8, 2, 118] + [1000] * 40:
+        st.note(pos, pos + n, P)
+        seen.append((pos + n, dense(pos, pos + n, 0, B, st, P, RUN)))
+        pos += n
+    assert all(d == (end >= RUN) for end, d in seen)
+    # a jump starts a new run; a first read of a page or more at offset 0 is a stream
+    st.note(50_000, 50_010, P)
+    assert not dense(50_000, 50_010, 0, B, st, P, RUN)
+    st2 = ReadStream()
+    st2.note(0, P, P)
+    assert dense(0, P, 0, B, st2, P, RUN)
+
+
+def test_page_size_must_divide_the_block() -> None:
+    assert check_page_size(P, B) == P
+    assert check_page_size(3000, B) == 0 and check_page_size(B, B) == 0 and check_page_size(0, B) == 0
+
+
+# -- the engine -----------------------------------------------------------------------------------
+def _engine(tmp_path: Path, cache_size: int = 1 << 30, **kw: Any) -> CacheEngine:
+    import fsspec
+
+    params = EngineParams(block_size=B, page_size=P, sparse_run=RUN, stats_interval_s=0, **kw)
+    return CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), cache_size,
+                       policy="lru", params=params)
+
+
+class Requests:
+    """Counts the engine's remote reads (and their bytes) at its version scheme."""
+
+    def __init__(self, engine: CacheEngine) -> None:
+        self.calls: list[tuple[int, int]] = []
+        inner = engine.versions.read
+
+        def read(fs: Any, path: str, version: str, pin: str, start: int, end: int) -> bytes:
+            self.calls.append((start, end))
+            return inner(fs, path, version, pin, start, end)
+
+        engine.versions.read = read  # type: ignore[method-assign]
+
+    @property
+    def bytes(self) -> int:
+        return sum(e - s for s, e in self.calls)
+
+
+def _file(tmp_path: Path, n: int, seed: int = 0) -> tuple[str, bytes]:
+    data = random.Random(seed).randbytes(n)
+    p = tmp_path / "src.bin"
+    p.write_bytes(data)
+    return str(p), data
+
+
+def test_sparse_reads_fetch_the_pages_they_touch_and_a_second_pass_fetches_nothing(
+        tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 5 * B + 1234)
+    e = _engine(tmp_path)
+    req = Requests(e)
+    rng = random.Random(5)
+    reads = [(s, s + rng.randrange(1, 3 * P)) for s in
+             sorted(rng.sample(range(0, len(data) - 3 * P), 40))]
+    try:
+        meta = e.stat(path)
+        for s, end in reads:
+            assert e.read_meta(meta, s, end - s) == data[s:end]
+        e.wait_prefetches()
+        # reference: the pages the reads touch (page-aligned, clipped at the file's end)
+        pages = {j for s, end in reads for j in range(s // P, (end - 1) // P + 1)}
+        touched = sum(min(P, len(data) - j * P) for j in pages)
+        per_read = sum(min(len(data), ((end - 1) // P + 1) * P) - (s // P) * P for s, end in reads)
+        assert touched <= req.bytes <= per_read
+        assert all(s % P == 0 and (end % P == 0 or end == len(data)) for s, end in req.calls)
+        assert len(req.calls) <= len(reads)
+        before, hits = len(req.calls), e.metrics.value("hit_bytes")
+        for s, end in reads:  # warm: every page is held
+            assert e.read_meta(meta, s, end - s) == data[s:end]
+        assert len(req.calls) == before
+        assert e.metrics.value("hit_bytes") - hits == sum(end - s for s, end in reads)
+    finally:
+        e.close()
+
+
+def test_a_streaming_reader_gets_whole_blocks_and_a_jumping_one_pages(tmp_path: Path) -> None:
+    import fsspec
+
+    from aicache.datacache.fs import AICacheFileSystem
+
+    path, data = _file(tmp_path, 3 * B + 77)
+    fs = AICacheFileSystem(fs=fsspec.filesystem("file"), cache_dir=str(tmp_path / "c"),
+                           block_size=B, policy="lru", skip_instance_cache=True)
+    e = fs.engine
+    e.page_size, e.params.sparse_run = P, RUN
+    req = Requests(e)
+    try:
+        with fs.open(path) as f:  # 8 KiB reads from offset 0: a stream
+            got = b"".join(iter(lambda: f.read(8192), b""))
+        assert got == data
+        assert all(s % B == 0 for s, _e in req.calls) and req.bytes == len(data)
+        req.calls.clear()
+        other = tmp_path / "other.bin"
+        other.write_bytes(data[::-1])
+        with fs.open(str(other)) as f:  # a header, then a jump: pages
+            assert f.read(10) == data[::-1][:10]
+            f.seek(2 * B + 100)
+            assert f.read(5000) == data[::-1][2 * B + 100:2 * B + 5100]
+        assert req.bytes == 3 * P  # page 0, and the two pages the 5000 bytes straddle
+    finally:
+        fs.close()
+
+
+def test_a_block_already_held_serves_a_sparse_read_and_pages_stay_in_the_budget(
+        tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 8 * B)
+    budget = 3 * B
+    e = _engine(tmp_path, cache_size=budget)
+    req = Requests(e)
+    try:
+        meta = e.stat(path)
+        assert e.read_meta(meta, 0, B) == data[:B]  # block 0 whole
+        e.wait_prefetches()
+        n = len(req.calls)
+        assert e.read_meta(meta, 5000, 100) == data[5000:5100]
+        assert len(req.calls) == n  # served from block 0, no page fetched
+        rng = random.Random(7)
+        for _ in range(300):  # far more pages than the budget holds
+            s = rng.randrange(B, len(data) - 200)
+            assert e.read_meta(meta, s, 200) == data[s:s + 200]
+            e.wait_prefetches()
+            assert e.store.used <= budget
+    finally:
+        e.close()
+
+
+def test_pages_are_pinned_to_the_version_they_were_read_from(tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 4 * B)
+    e = _engine(tmp_path, metadata_ttl_s=0.0)
+    try:
+        assert e.read(path, B + 10, 100) == data[B + 10:B + 110]
+        e.wait_prefetches()
+        new = bytes(255 - b for b in data)
+        with open(path, "r+b") as f:  # rewritten in place: a new version (mtime/ctime)
+            f.write(new)
+            os.fsync(f.fileno())
+        os.utime(path, ns=(1, 1))
+        assert e.read(path, B + 10, 100) == new[B + 10:B + 110]
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("page", [0, P])
+def test_pages_off_or_on_the_bytes_are_the_file_s(tmp_path: Path, page: int) -> None:
+    path, data = _file(tmp_path, 2 * B + 5)
+    e = _engine(tmp_path)
+    e.page_size = page
+    try:
+        meta = e.stat(path)
+        rng = random.Random(3)
+        for _ in range(200):
+            s = rng.randrange(0, len(data))
+            n = rng.randrange(0, 2 * B)
+            assert e.read_meta(meta, s, n) == data[s:s + n]
+    finally:
+        e.close()
