@@ -50,27 +50,53 @@ def test_fetch_span_is_the_shortest_run_holding_every_missing_page() -> None:
         assert fetch_span(first, last, present) == want
 
 
-def test_dense_takes_whole_blocks_for_covering_or_streaming_reads_only() -> None:
-    # a piece covering its block (to the file's end) is always the whole block
+def _dense_reference(s: int, e: int, b0: int, b1: int, reads: list[tuple[int, int]] | None,
+                     page: int, run: int) -> bool:
+    """The rule as stated, from the reader's whole history (``reads``, this one last)."""
+    if page <= 0 or 5 * (e - s) >= 4 * (b1 - b0):  # covers 4/5 of the block
+        return True
+    if reads is None:
+        return False
+    k = len(reads) - 1  # the run this read belongs to: walk back while contiguous
+    while k > 0 and reads[k - 1][1] == reads[k][0]:
+        k -= 1
+    from_start = reads[k][0] == 0 and reads[k][1] - reads[k][0] >= page
+    before = sum(b - a for a, b in reads[k:-1])
+    return from_start or before >= run
+
+
+def test_dense_agrees_with_the_rule_applied_to_the_whole_history() -> None:
+    rng = random.Random(4)
+    for _ in range(300):
+        st, hist = ReadStream(), []
+        pos = 0
+        for _ in range(30):
+            if rng.random() < 0.3:
+                pos = rng.choice([0, rng.randrange(0, 4 * B)])
+            n = rng.choice([1, 8, 100, P - 1, P, 3000, RUN // 2, RUN, B - 10])
+            s, e = pos, pos + n
+            st.note(s, e, P)
+            hist.append((s, e))
+            b0 = (s // B) * B
+            piece_end = min(e, b0 + B)
+            for page in (0, P):
+                assert dense(s, piece_end, b0, b0 + B, st, page, RUN) == \
+                    _dense_reference(s, piece_end, b0, b0 + B, hist, page, RUN)
+            assert dense(s, piece_end, b0, b0 + B, None, P, RUN) == \
+                _dense_reference(s, piece_end, b0, b0 + B, None, P, RUN)
+            pos = e
+
+
+def test_dense_cases_by_name() -> None:
     assert dense(0, B, 0, B, None, P, RUN) and dense(0, 100, 0, 100, ReadStream(), P, RUN)
-    # pages off: always whole blocks
-    assert dense(10, 20, 0, B, None, 0, RUN)
-    # a read judged alone: by its own length
-    assert not dense(10, 10 + RUN - 1, 0, B, None, P, RUN)
-    assert dense(10, 10 + RUN, 0, B, None, P, RUN)
-    # a reader's run: tiny reads from 0 stay sparse until the run reaches sparse_run
+    assert dense(10, 20, 0, B, None, 0, RUN)  # pages off
+    assert not dense(10, 10 + B // 2, 0, B, None, P, RUN)  # a big read that jumps: its pages
     st = ReadStream()
-    pos, seen = 0, []
-    for n in [8, 2, 118] + [1000] * 40:
-        st.note(pos, pos + n, P)
-        seen.append((pos + n, dense(pos, pos + n, 0, B, st, P, RUN)))
-        pos += n
-    assert all(d == (end >= RUN) for end, d in seen)
-    # a jump starts a new run; a first read of a page or more at offset 0 is a stream
-    st.note(50_000, 50_010, P)
-    assert not dense(50_000, 50_010, 0, B, st, P, RUN)
+    for a, b in [(0, 8), (8, 10), (10, 128)]:  # a header read in small pieces from 0
+        st.note(a, b, P)
+        assert not dense(a, b, 0, B, st, P, RUN)
     st2 = ReadStream()
-    st2.note(0, P, P)
+    st2.note(0, P, P)  # a first read of a page or more at offset 0: a stream
     assert dense(0, P, 0, B, st2, P, RUN)
 
 

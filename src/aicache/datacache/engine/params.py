@@ -69,9 +69,9 @@ class EngineParams:
     flight_wait_s: float | None = None
     #: bytes of a *page*, the granule of sparse reads (a divisor of ``block_size``; 0:
     #: whole blocks only) — see :mod:`aicache.datacache.engine.sparse`
-    page_size: int = 64 * 1024
-    #: a reader whose reads form a contiguous run this long gets whole blocks (and the
-    #: policy's readahead); a shorter or jumping one gets the pages it reads
+    page_size: int = 16 * 1024
+    #: a reader whose earlier reads form a contiguous run this long gets whole blocks (and
+    #: the policy's readahead); a shorter or jumping one gets the pages it reads
     sparse_run: int = 1024 * 1024
 
     def flight_wait_bound(self) -> float:

@@ -7,14 +7,17 @@ reads a few hundred KiB out of such a block; fetching the whole block for it mul
 the bytes a job pays for by up to ``block_size / read``.
 
 The rule (:func:`dense`): a piece of a read that falls in block ``i`` is fetched as the
-whole block when it covers that block (to the file's end), or when its reader is
-*streaming* — the reads of the open file so far form one contiguous run of at least
-``sparse_run`` bytes (1 MiB by default), or a run that started at offset 0 with a read of
-at least one page (a sequential scan, a whole-file read, the kernel's readahead of a FUSE
-mount). Any other piece of a block the cache does not hold is *sparse*: only the pages
-(``page_size``, 64 KiB by default, a divisor of the block size) covering it are fetched,
-with one ranged GET from the first missing page to the last (:func:`fetch_span`), and
-each page is stored as a block of its own.
+whole block when it covers at least :data:`DENSE_SHARE` (4/5) of that block (clipped at the
+file's end: the whole block then costs at most 1.25× the piece), or when its reader is
+*streaming* — the reads of the open file before this one form a contiguous run of at
+least ``sparse_run`` bytes (1 MiB by default), or the run started at offset 0 with a read
+of at least one page (a sequential scan, a whole-file read, the kernel's readahead of a
+FUSE mount). Any other piece of a block the cache does not hold is *sparse*: only the
+pages (``page_size``, 16 KiB by default, a divisor of the block size) covering it are
+fetched, with one ranged GET from the first missing page to the last
+(:func:`fetch_span`), and each page is stored as a block of its own. A large read that
+jumps is therefore fetched exactly (to the page): what a reader will read next is only
+guessed from what it has read before, never from the size of one read.
 
 Pages are a second key space of the same store: page ``j`` of version ``v`` of ``path``
 is ``BlockKey(path, v + PAGE_TAG + page_size, j)`` (the tag cannot occur in a version,
@@ -48,25 +51,31 @@ from aicache.datacache.store import BlockKey, BlockStore
 PAGE_TAG = "\x1epage"
 #: what a file's page id range is registered under in the block map (same reason)
 PAGES_SUFFIX = "\x1epages"
+#: a piece covering this share of its block is fetched as the whole block
+DENSE_SHARE = 0.8
 
 
 @dataclass(slots=True)
 class ReadStream:
-    """One reader's position in one open file: the contiguous run its reads form so far
-    (what tells a streaming reader from one that jumps)."""
+    """One reader's position in one open file: the contiguous run its reads form (what
+    tells a streaming reader from one that jumps)."""
 
     #: where the run ends (the next read continues it if it starts here); -1: no read yet
     end: int = -1
-    #: bytes in the run; a run that began at offset 0 with a read of at least a page is
-    #: taken as a stream from its first read
+    #: bytes of the run before the latest read (0: the latest read began a new run)
+    before: int = 0
+    #: bytes of the run including the latest read
     length: int = 0
+    #: the run began at offset 0 with a read of at least a page
     from_start: bool = False
 
     def note(self, start: int, end: int, page: int) -> None:
         """Record the read ``[start, end)``."""
         if start == self.end:
+            self.before = self.length
             self.length += end - start
         else:
+            self.before = 0
             self.length = end - start
             self.from_start = start == 0 and end - start >= page
         self.end = end
@@ -76,13 +85,11 @@ def dense(piece_start: int, piece_end: int, block_start: int, block_end: int,
           stream: ReadStream | None, page: int, sparse_run: int) -> bool:
     """Whether the piece ``[piece_start, piece_end)`` of the block ``[block_start,
     block_end)`` (clipped at the file's end) is fetched as the whole block. ``stream``:
-    the reader's run including this read (None: the read alone, e.g. ``cat_file``, whose
-    run is the piece's own length). Pages off (``page`` 0): always."""
-    if page <= 0 or (piece_start <= block_start and piece_end >= block_end):
+    the reader's run, this read noted in it (None: the read is judged alone, as a
+    ``cat_file`` of a range). Pages off (``page`` 0): always."""
+    if page <= 0 or piece_end - piece_start >= DENSE_SHARE * (block_end - block_start):
         return True
-    if stream is None:
-        return piece_end - piece_start >= sparse_run
-    return stream.from_start or stream.length >= sparse_run
+    return stream is not None and (stream.from_start or stream.before >= sparse_run)
 
 
 def page_range(start: int, end: int, page: int) -> tuple[int, int]:
