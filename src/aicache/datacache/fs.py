@@ -84,7 +84,7 @@ from aicache.datacache.engine import (
     FileMeta,
     default_cache_dir,
 )
-from aicache.datacache.engine.sparse import ReadStream
+from aicache.datacache.engine.sparse import ReadStream, streaming
 from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode
 from aicache.datacache.version import target_token
@@ -432,12 +432,14 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
                 got = engine.read_sparse(self.meta, start, end, self._stream)
                 if got is not None:
                     return got
+            # a reader that jumps is not read ahead for (its accesses are still told)
+            ahead = not engine.page_size or streaming(self._stream, engine.params.sparse_run)
             if whole:
                 # a whole block (the sequential reader's 4 MiB read): not memoised, so that
                 # it is freed as soon as the caller drops it — keeping it alive made every
                 # next read allocate (and page-fault) a fresh 4 MiB buffer
-                return self.engine.read_block(self.meta, idx)
-            self._memo, self._memo_hit = self.engine.read_block_hit(self.meta, idx, e - s)
+                return engine.read_block_hit(self.meta, idx, None, ahead)[0]
+            self._memo, self._memo_hit = engine.read_block_hit(self.meta, idx, e - s, ahead)
             self._memo_idx = idx
         elif self._memo_hit:  # a later piece of a block held after a hit: its bytes count
             self.engine.metrics.reads.count_bytes(min(e, len(self._memo)) - s)

@@ -69,7 +69,7 @@ from aicache.datacache.engine.fetch import Fetcher, _Flight
 from aicache.datacache.engine.meta import FileMeta, MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
-from aicache.datacache.engine.sparse import PageReader, ReadStream, check_page_size
+from aicache.datacache.engine.sparse import PageReader, ReadStream, check_page_size, streaming
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -247,13 +247,17 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         B = self.block_size
         first, last = offset // B, (end - 1) // B
         paged = self.page_size > 0
+        # a reader that jumps (or a ranged read judged alone) is not read ahead for: its
+        # blocks are still told to the policy, but the prefetches it names are not made
+        ahead = not paged or (streaming(stream, self.params.sparse_run) if stream is not None
+                              else offset == 0 and end == size)
         if first == last:
             s, e = offset - first * B, end - first * B
             if paged and (s > 0 or e < min(B, size - first * B)):
                 got = self.read_sparse(meta, offset, end, stream)
                 if got is not None:
                     return got
-            blk = self.read_block(meta, first, e - s)
+            blk = self.read_block_hit(meta, first, e - s, ahead)[0]
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
         for i in range(first, last + 1):
@@ -264,7 +268,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                 if got is not None:
                     parts.append(got)
                     continue
-            blk = self.read_block(meta, i, e - s)
+            blk = self.read_block_hit(meta, i, e - s, ahead)[0]
             parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
         return b"".join(parts)
 
@@ -273,12 +277,13 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         :meth:`read_block_hit`."""
         return self.read_block_hit(meta, idx, served)[0]
 
-    def read_block_hit(self, meta: FileMeta, idx: int,
-                       served: int | None = None) -> tuple[bytes, bool]:
+    def read_block_hit(self, meta: FileMeta, idx: int, served: int | None = None,
+                       ahead: bool = True) -> tuple[bytes, bool]:
         """One block of ``meta`` (a demand access: told to the system, may prefetch) and
         whether it was a hit, timed into ``metrics.reads`` by the engine's ``clock``.
         ``served``: how many of its bytes the caller hands to its reader (the whole block
-        when None) — what a hit adds to ``hit_bytes``. With ``sync_prefetch`` the
+        when None) — what a hit adds to ``hit_bytes``. ``ahead``: make the prefetches the
+        system names (False for a reader that jumps, :func:`~.sparse.streaming`). With ``sync_prefetch`` the
         prefetches it asked for are fetched and stored before it returns, in the order the
         system named them.
 
@@ -296,12 +301,12 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         data = self.store.get(key)
         if data is not None:  # the hot path: a local hit
             n = len(data)
-            self._local_hit(key, fb.base + idx, fb.unit, n, t0 - self._t0)
+            self._local_hit(key, fb.base + idx, fb.unit, n, t0 - self._t0, ahead)
             self.metrics.reads.hit(n if served is None else served, clock() - t0)
             hit = True
         else:
             try:
-                data, hit = self._read_missing(meta, idx, fb, key, served)
+                data, hit = self._read_missing(meta, idx, fb, key, served, ahead)
             finally:
                 self.metrics.reads.observe(clock() - t0)
         if self._sync is not None:
@@ -309,7 +314,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         return data, hit
 
     def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey,
-                      served: int | None) -> tuple[bytes, bool]:
+                      served: int | None, ahead: bool = True) -> tuple[bytes, bool]:
         """A demand read of a block the store does not hold: wait on its fetch in flight
         or fetch it (single-flight), then tell the system; returns the block and whether
         it counts as a hit.
@@ -337,7 +342,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             if stored is not None:
                 flight.future.set_result(stored)
                 self._end_flight(key, flight)
-                self._local_hit(key, bid, unit, len(stored), self._now())
+                self._local_hit(key, bid, unit, len(stored), self._now(), ahead)
                 self.metrics.reads.count_hit(len(stored) if served is None else served)
                 return stored, True
         try:
@@ -363,7 +368,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                 self.metrics.prefetch_used.inc()
             if self._record is not None:
                 self._record(now, unit, bid, size)
-            if acc.prefetch:  # before our own fetch, so that both go to the remote together
+            if acc.prefetch and ahead:  # before our own fetch: both go to the remote together
                 self._prefetch(acc.prefetch)
         except BaseException as exc:
             if leader:
@@ -420,7 +425,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self._run_sync_prefetches()
         return key
 
-    def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int, now: float) -> None:
+    def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int, now: float,
+                   ahead: bool = True) -> None:
         """Tell the system about a demand read served from the store at ``now`` (and act
         on its prefetch answer). A policy failure is counted, never raised."""
         try:
@@ -432,7 +438,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self.metrics.prefetch_used.inc()
         if self._record is not None:
             self._record(now, unit, bid, size)
-        if acc.prefetch:
+        if acc.prefetch and ahead:
             self._prefetch(acc.prefetch)
 
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool,

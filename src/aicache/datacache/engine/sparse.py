@@ -81,6 +81,12 @@ class ReadStream:
         self.end = end
 
 
+def streaming(stream: ReadStream, sparse_run: int) -> bool:
+    """Whether a reader's earlier reads show it streaming: its run began at offset 0 with a
+    read of a page or more, or held ``sparse_run`` bytes before its latest read."""
+    return stream.from_start or stream.before >= sparse_run
+
+
 def dense(piece_start: int, piece_end: int, block_start: int, block_end: int,
           stream: ReadStream | None, page: int, sparse_run: int) -> bool:
     """Whether the piece ``[piece_start, piece_end)`` of the block ``[block_start,
@@ -89,7 +95,7 @@ def dense(piece_start: int, piece_end: int, block_start: int, block_end: int,
     ``cat_file`` of a range). Pages off (``page`` 0): always."""
     if page <= 0 or piece_end - piece_start >= DENSE_SHARE * (block_end - block_start):
         return True
-    return stream is not None and (stream.from_start or stream.before >= sparse_run)
+    return stream is not None and streaming(stream, sparse_run)
 
 
 def page_range(start: int, end: int, page: int) -> tuple[int, int]:

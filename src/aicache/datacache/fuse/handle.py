@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, FileMeta
-from aicache.datacache.engine.sparse import ReadStream
+from aicache.datacache.engine.sparse import ReadStream, streaming
 from aicache.datacache.store import BlockKey, BlockStore
 
 
@@ -116,7 +116,8 @@ class Handle:
               sliced: Callable[..., Any]) -> Any:
         """Under the lock: one demand access of block ``idx`` that reads (fetches or
         verifies) it whole; the handle moves to it and keeps it."""
-        blk, hit = engine.read_block_hit(self.meta, idx, n)
+        ahead = not engine.page_size or streaming(self.stream, engine.params.sparse_run)
+        blk, hit = engine.read_block_hit(self.meta, idx, n, ahead)
         self._moved_to(idx, blk, hit)
         return sliced(blk, s, x)
 
