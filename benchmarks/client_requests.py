@@ -64,6 +64,8 @@ class Row:
     s3fs_cold: Cost
     aicache_cold: Cost
     aicache_warm: Cost
+    #: aicache's cold and warm results equal s3fs's
+    same: bool = False
 
     @property
     def ratio(self) -> float:
@@ -71,11 +73,27 @@ class Row:
         return self.aicache_cold.get_bytes / max(1, self.read.get_bytes)
 
 
-def _cost(s3: S3Server, fn: Callable[[], Any]) -> Cost:
+def _cost(s3: S3Server, fn: Callable[[], Any], out: list[Any] | None = None) -> Cost:
+    """What ``fn()`` cost at the server; its result is appended to ``out``."""
     before, b0 = s3.requests.snapshot(), s3.requests.get_bytes
-    fn()
+    got = fn()
+    if out is not None:
+        out.append(got)
     d: Counter[str] = s3.requests.snapshot() - before
     return Cost(d["head"], d["list"], d["get"], s3.requests.get_bytes - b0)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two clients' results are equal (tables, frames, arrays, query rows)."""
+    if isinstance(a, pa.Table):
+        return bool(a.equals(b))
+    if isinstance(a, np.ndarray):
+        return bool(np.array_equal(a, b))
+    if hasattr(a, "equals"):  # a pandas DataFrame
+        return bool(a.equals(b))
+    # query rows of numbers: DuckDB sums in parallel, so the last bits may differ
+    return bool(np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float),
+                            rtol=1e-12, atol=0.0))
 
 
 def _clients(s3: S3Server, rows: int) -> list[tuple[str, int, Callable[[Any, str], Any]]]:
@@ -176,19 +194,21 @@ def measure(rows: int) -> list[Row]:
         for name, nbytes, read in _clients(s3, rows):
             exact = fsspec.filesystem("s3", **s3.client_options, skip_instance_cache=True,
                                       default_cache_type="none")
-            read_cost = _cost(s3, lambda: read(exact, "s3://"))
+            results: list[Any] = []
+            read_cost = _cost(s3, lambda: read(exact, "s3://"), results)
             plain = fsspec.filesystem("s3", **s3.client_options, skip_instance_cache=True)
             s3fs_cold = _cost(s3, lambda: read(plain, "s3://"))
             with tempfile.TemporaryDirectory() as home:
                 os.environ["XDG_CACHE_HOME"] = home  # a fresh default cache directory
                 fs = fsspec.filesystem("aicache", target_protocol="s3",
                                        target_options=s3.client_options, skip_instance_cache=True)
-                cold = _cost(s3, lambda: read(fs, "aicache://"))
-                warm = _cost(s3, lambda: read(fs, "aicache://"))
+                cold = _cost(s3, lambda: read(fs, "aicache://"), results)
+                warm = _cost(s3, lambda: read(fs, "aicache://"), results)
                 fs.close()
                 AICacheFileSystem.clear_instance_cache()
                 gc.collect()
-            out.append(Row(name, nbytes, read_cost, s3fs_cold, cold, warm))
+            out.append(Row(name, nbytes, read_cost, s3fs_cold, cold, warm,
+                           _same(results[0], results[1]) and _same(results[0], results[2])))
     finally:
         s3.stop()
     return out
@@ -216,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         w = r.aicache_warm
         print(f"{r.client:34} {r.object_bytes:>10,} | {r.read.get_bytes:>10,} | {f(r.read):>22} | "
               f"{f(r.s3fs_cold):>22} | {f(r.aicache_cold):>22} | {r.ratio:>5.2f} | "
-              f"{f'{w.head}/{w.list}/{w.get}':>5}")
+              f"{f'{w.head}/{w.list}/{w.get}':>5}" + ("" if r.same else "  RESULTS DIFFER"))
     return 0
 
 

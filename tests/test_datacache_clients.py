@@ -348,3 +348,30 @@ def test_a_shared_policy_daemon_exits_soon_after_its_last_client(tmp_path: Path)
     finally:
         os.close(lock)
     assert not (cache / "policy.sock").exists()
+
+
+# -- what each client costs at the server: fetch what is read ---------------------------------
+def test_each_client_fetches_what_it_reads_cold_and_nothing_warm() -> None:
+    """``benchmarks/client_requests.py`` (the table in docs/results/clients): per client,
+    against the bytes it read (s3fs with no cache: one GET of exactly each read's range),
+    aicache's cold bytes are at most 1.25x; warm (within ``metadata_ttl``) it asks the
+    remote nothing; its results equal s3fs's; and its cold requests are no more than
+    s3fs's on its defaults for the Parquet readers and zarr, and no more than one exact
+    GET per read for the safetensors, .npy and CSV readers (where s3fs's 50 MB readahead
+    makes one GET of the whole file)."""
+    from script_module import load_script
+
+    bench = load_script(Path(__file__).parent.parent / "benchmarks" / "client_requests.py",
+                        "client_requests_bench")
+    rows = {r.client: r for r in bench.measure(rows=100_000)}
+    assert len(rows) == 8
+    for name, r in rows.items():
+        assert r.same, f"{name}: aicache's result differs from s3fs's"
+        assert r.aicache_warm.requests == 0, f"{name}: warm read asked the remote {r.aicache_warm}"
+        assert r.read.get_bytes > 0
+        assert r.aicache_cold.get_bytes <= 1.25 * r.read.get_bytes, \
+            f"{name}: fetched {r.aicache_cold.get_bytes} for {r.read.get_bytes} read"
+        ref = r.s3fs_cold if name.split(" ")[0] in ("pyarrow", "duckdb", "zarr", "pandas") \
+            and "csv" not in name else r.read
+        assert r.aicache_cold.requests <= ref.requests, \
+            f"{name}: {r.aicache_cold} requests against s3fs's {ref}"

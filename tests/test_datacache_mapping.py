@@ -75,7 +75,8 @@ def test_readahead_crosses_a_folder_boundary(tmp_path: Path) -> None:
 
 def test_by_default_a_first_read_lists_only_its_own_folder(tmp_path: Path) -> None:
     """A mount of a bucket's root listed the whole bucket (``find``) before the first byte;
-    now the first read asks for one non-recursive listing, of the file's folder."""
+    now a first read lists nothing, and the second file read in a folder lists that folder,
+    not recursively."""
     paths = _dataset(tmp_path / "data")
     target = fsspec.filesystem("file", skip_instance_cache=True)
     asked: list[tuple[str, str]] = []
@@ -91,9 +92,14 @@ def test_by_default_a_first_read_lists_only_its_own_folder(tmp_path: Path) -> No
                     params=EngineParams(block_size=BLOCK, stats_interval_s=0),
                     root=str(tmp_path / "data"))
     try:
-        p = next(p for p in paths if "/b/" in p)
-        assert e.read(p) == Path(p).read_bytes()
+        b = [p for p in paths if "/b/" in p]
+        assert e.read(b[0]) == Path(b[0]).read_bytes()
+        assert asked == []  # one file read: its stat, no listing
+        assert e.read(b[1]) == Path(b[1]).read_bytes()  # a second one: its folder, once
+        assert e.read(b[2]) == Path(b[2]).read_bytes()
         assert asked == [("ls", str(tmp_path / "data" / "b"))]
+        ids = [e.block_id(p, 0) for p in b]
+        assert ids == sorted(ids)  # the folder's files, sorted, after the first one's range
     finally:
         e.close()
 

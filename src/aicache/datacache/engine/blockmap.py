@@ -55,6 +55,8 @@ class BlockMapping:
     _meta: dict[str, tuple[FileMeta, float]]
     _info: dict[str, tuple[dict[str, Any] | None, float]]
     _listed: set[str]
+    #: folders one file of which was mapped without a listing
+    _seen_once: set[str]
     _bases: dict[str, int]
     _nblocks: dict[str, int]
     _files: dict[str, FileBlocks]
@@ -75,7 +77,22 @@ class BlockMapping:
         return fb
 
     def _ensure_mapped(self, meta: FileMeta) -> None:
-        self._ensure_listed(meta.path)
+        """Give ``meta``'s file its block range. The first file read in a folder is
+        registered alone (its stat was a HEAD, which pins an S3 VersionId, and a job that
+        reads one file pays no listing); the second lists the folder once (its entries then
+        answer the stats of the rest, sorted ids following the first file's range)."""
+        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
+        if parent in self._listed or (self._root and self.params.list_root):
+            self._ensure_listed(meta.path)
+        else:
+            with self._lock:
+                first = parent not in self._seen_once
+                if first:
+                    if len(self._seen_once) >= 1 << 16:  # bounded: a cleared folder is listed
+                        self._seen_once.clear()
+                    self._seen_once.add(parent)
+            if not first:
+                self._ensure_listed(meta.path)
         n = max(1, math.ceil(meta.size / self.block_size))
         if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
             base, have = self.policy.register([(meta.path, meta.size)])[meta.path]

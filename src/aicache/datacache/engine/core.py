@@ -155,6 +155,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         #: the target's ``info`` answers (None: no such path) and when they were asked
         self._info: dict[str, tuple[dict[str, Any] | None, float]] = {}
         self._listed: set[str] = set()
+        self._seen_once: set[str] = set()
         self._mapping: dict[str, threading.Lock] = {}
         self._target_since: dict[str, float] = {}
         self._lists: dict[str, tuple[list[dict[str, Any]], float]] = {}

@@ -69,6 +69,7 @@ class MetadataCache:
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
     _ensure_listed: Callable[[str], None]
+    _seen_once: set[str]
 
     def stat(self, path: str) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
@@ -95,9 +96,10 @@ class MetadataCache:
             if meta is not None:
                 return meta
             try:
-                # the folder's listing first (one request, made for the block map anyway):
-                # its entry then answers this stat, which needs no HEAD of its own
-                self._ensure_listed(path)
+                if parent in self._seen_once:
+                    # a second file of the folder: the listing first (one request, made for
+                    # the block map anyway); its entry answers this stat (no HEAD)
+                    self._ensure_listed(path)
                 return self._stat_remote(path, now)
             finally:
                 with self._lock:
