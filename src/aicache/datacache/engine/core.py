@@ -69,7 +69,13 @@ from aicache.datacache.engine.fetch import Fetcher, _Flight
 from aicache.datacache.engine.meta import FileMeta, MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
-from aicache.datacache.engine.sparse import PageReader, ReadStream, check_page_size, streaming
+from aicache.datacache.engine.sparse import (
+    PAGE_TAG,
+    PageReader,
+    ReadStream,
+    check_page_size,
+    streaming,
+)
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -519,7 +525,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self._lost(bid, key)
             return
         for k in put.dropped:  # the store's own oldest-first order, past the policy's victims
-            b = self._bases.get(k.path)
+            b = (self._page_ids.get(k.path, (None, 0))[0] if PAGE_TAG in k.version
+                 else self._bases.get(k.path))
             if b is not None:
                 self._lost(b + k.index, k)
         if not put.stored:
