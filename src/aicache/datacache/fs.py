@@ -61,6 +61,9 @@ states the rule for two processes giving one cache dir different budgets).
 
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
+An open file that jumps (a Parquet footer, then one column; a slice of a ``.npy``) into a
+block the cache does not hold fetches only the 16 KiB pages its read covers; one that
+streams gets whole blocks and the policy's readahead (:mod:`aicache.datacache.engine.sparse`).
 """
 
 from __future__ import annotations
