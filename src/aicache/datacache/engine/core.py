@@ -132,6 +132,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         #: the granule of sparse reads (0: off; see :mod:`aicache.datacache.engine.sparse`)
         self.page_size = check_page_size(p.page_size, p.block_size)
         self._page_ids: dict[str, tuple[int, int]] = {}
+        #: the run of each path's reads that name no stream (``cat_file`` ranges)
+        self._path_streams: dict[str, ReadStream] = {}
         self.policy: PolicyPort
         mode = DaemonMode.of(daemon)
         if mode is not DaemonMode.LOCAL:
@@ -241,8 +243,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         """:meth:`read` of a file already :meth:`stat`-ed (callers that hold the metadata —
         ``cat_file``, open files, FUSE handles — skip a second lookup). A whole single
         block is returned as is: no slice, no copy. ``stream``: the reader's run, this
-        read noted in it already (None: the read is judged alone); a sparse piece of a
-        block not held is read by pages (:meth:`read_sparse`)."""
+        read noted in it already (None: the run of this path's reads that name none); a
+        sparse piece of a block not held is read by pages (:meth:`read_sparse`)."""
         size = meta.size
         end = size if length is None else offset + length
         if end > size:
@@ -254,10 +256,16 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         B = self.block_size
         first, last = offset // B, (end - 1) // B
         paged = self.page_size > 0
-        # a reader that jumps (or a ranged read judged alone) is not read ahead for: its
-        # blocks are still told to the policy, but the prefetches it names are not made
-        ahead = not paged or (streaming(stream, self.params.sparse_run) if stream is not None
-                              else offset == 0 and end == size)
+        if paged and stream is None:  # cat_file / read: the run of this path's such reads
+            stream = self._path_streams.get(meta.path)
+            if stream is None:
+                if len(self._path_streams) >= 1 << 14:  # bounded: a dropped run starts anew
+                    self._path_streams.clear()
+                stream = self._path_streams[meta.path] = ReadStream()
+            stream.note(offset, end, self.page_size)
+        # a reader that jumps is not read ahead for: its blocks are still told to the
+        # policy, but the prefetches it names are not made
+        ahead = not paged or (stream is not None and streaming(stream, self.params.sparse_run))
         if first == last:
             s, e = offset - first * B, end - first * B
             if paged and (s > 0 or e < min(B, size - first * B)):

@@ -181,43 +181,66 @@ class PageReader:
         return base
 
     def _read_pages(self, meta: FileMeta, fb: FileBlocks, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)`` from their pages: stored ones read, missing ones
+        fetched single-flight (one GET for the pages this reader fetches; a page another
+        reader is fetching is waited for, boundedly, as blocks are), each page then one
+        access told to the policy, in file order."""
         P = self.page_size
         first, last = page_range(start, end, P)
         pages: dict[int, bytes] = {}
         for j in range(first, last + 1):
-            k = self._page_key(meta, j)
-            data = self.store.get(k)
-            if data is None:
-                flight = self._inflight.get(k)  # fetched, not written yet
-                if flight is not None and flight.future.done() and flight.future.exception() is None:
-                    data = flight.future.result()
+            data = self.store.get(self._page_key(meta, j))
             if data is not None:
                 pages[j] = data
-        span = fetch_span(first, last, frozenset(pages))
-        fetched: dict[int, bytes] = {}
-        if span is not None:
+        mine: dict[int, _Flight] = {}
+        theirs: dict[int, _Flight] = {}
+        if len(pages) <= last - first:
+            with self._lock:
+                for j in range(first, last + 1):
+                    if j in pages:
+                        continue
+                    k = self._page_key(meta, j)
+                    flight = self._inflight.get(k)
+                    if flight is None:
+                        flight = mine[j] = _Flight(0, claimed=True)
+                        self._inflight[k] = flight
+                    else:
+                        theirs[j] = flight
+        if mine:
+            span = fetch_span(min(mine), max(mine), frozenset(j for j in pages if j not in mine))
+            assert span is not None
             lo, hi = span
-            s0 = lo * P
-            blob = self._fetch_range(meta, s0, min(meta.size, (hi + 1) * P))
-            for j in range(lo, hi + 1):
-                if j not in pages:
-                    fetched[j] = pages[j] = blob[(j - lo) * P:(j - lo + 1) * P]
+            try:
+                blob = self._fetch_range(meta, lo * P, min(meta.size, (hi + 1) * P))
+            except BaseException as exc:
+                for j, flight in mine.items():  # a flight always resolves
+                    flight.future.set_exception(exc)
+                    self._end_flight(self._page_key(meta, j), flight)
+                raise
+            for j, flight in mine.items():
+                pages[j] = blob[(j - lo) * P:(j - lo + 1) * P]
+                flight.future.set_result(pages[j])  # its waiters have the bytes now
+        for j, flight in theirs.items():
+            try:
+                pages[j] = flight.future.result(timeout=self.params.flight_wait_bound())
+            except Exception:  # noqa: BLE001 - that fetch failed or is stuck: fetch it here
+                pages[j] = self._fetch_range(meta, j * P, min(meta.size, (j + 1) * P))
         base = self._page_base(meta)
         unit = fb.unit
         now = self._now()
         for j in range(first, last + 1):  # each page one access, in file order
             k = self._page_key(meta, j)
             size = len(pages[j])
+            source = Source.REMOTE if j in mine else Source.FLIGHT if j in theirs else Source.STORE
             try:  # a page's prefetch answer is not followed: sparse reads are not read ahead
-                self.policy.read(unit, base + j, k, size,
-                                 Source.REMOTE if j in fetched else Source.STORE, now)
+                self.policy.read(unit, base + j, k, size, source, now)
             except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
                 self._policy_error(exc)
             if self._record is not None:
                 self._record(now, unit, base + j, size)
-            if j in fetched:
-                self._store_page(unit, base + j, k, fetched[j])
-        if fetched:
+            if j in mine:
+                self._store_page(unit, base + j, k, pages[j], mine[j])
+        if mine or theirs:
             self.metrics.misses.inc()
         else:
             self.metrics.reads.count_hit(end - start)
@@ -225,15 +248,10 @@ class PageReader:
         s = start - first * P
         return out[s:s + (end - start)]
 
-    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes) -> None:
-        """A fetched page through admission and the store (write-behind when the engine
-        has a writer: until written, its bytes are served from its flight)."""
-        flight = _Flight(0, claimed=True)
-        with self._lock:
-            if key in self._inflight:  # another reader fetched it too and stores it
-                return
-            self._inflight[key] = flight
-        flight.future.set_result(data)
+    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: _Flight) -> None:
+        """A fetched page through admission and the store; ``flight`` (registered by its
+        reader) ends once it is written (write-behind) or refused, so until then readers
+        of the page take its bytes from the flight."""
         deferred = False
         try:
             deferred = self._insert(unit, bid, key, data, False, flight)
