@@ -249,3 +249,29 @@ def test_pages_off_or_on_the_bytes_are_the_file_s(tmp_path: Path, page: int) -> 
             assert e.read_meta(meta, s, n) == data[s:s + n]
     finally:
         e.close()
+
+
+def test_a_failed_page_fetch_resolves_its_flights_and_the_next_read_fetches_again(
+        tmp_path: Path) -> None:
+    from aicache.datacache.engine import RemoteReadError
+
+    path, data = _file(tmp_path, 3 * B)
+    e = _engine(tmp_path, retries=0)
+    inner = e.versions.read
+    fail = [True]
+
+    def flaky(fs: Any, p: str, version: str, pin: str, start: int, end: int) -> bytes:
+        if fail[0]:
+            fail[0] = False
+            raise ConnectionError("remote hiccup")
+        return inner(fs, p, version, pin, start, end)
+
+    e.versions.read = flaky  # type: ignore[method-assign]
+    try:
+        meta = e.stat(path)
+        with pytest.raises(RemoteReadError):
+            e.read_meta(meta, B + 100, 3 * P)
+        assert not e._inflight  # no reader will wait on a flight nobody fetches
+        assert e.read_meta(meta, B + 100, 3 * P) == data[B + 100:B + 100 + 3 * P]
+    finally:
+        e.close()
