@@ -37,6 +37,10 @@ Threads and guarantees:
   ``max_prefetch_bytes`` in flight; more are dropped and counted), are never reported as
   accesses, and go through the same admission + budget as demand blocks, so they never push
   the cache over its budget.
+* Sparse reads: a reader that jumps into a block the store does not hold fetches only
+  the pages (``page_size``) covering its read, stored as small blocks of their own key
+  space under the same policy and budget, single-flight like blocks, and is not read
+  ahead for (:mod:`aicache.datacache.engine.sparse`).
 * Remote errors/timeouts: ``retries`` retries with exponential backoff, then
   :class:`RemoteReadError` (an ``OSError``, EIO) to the caller; a short or failed fetch is
   never cached.
