@@ -17,6 +17,7 @@ from aicache.datacache.engine.sparse import (
     dense,
     fetch_span,
     page_range,
+    streaming,
 )
 
 B = 64 * 1024  # blocks
@@ -75,7 +76,7 @@ def test_dense_agrees_with_the_rule_applied_to_the_whole_history() -> None:
                 pos = rng.choice([0, rng.randrange(0, 4 * B)])
             n = rng.choice([1, 8, 100, P - 1, P, 3000, RUN // 2, RUN, B - 10])
             s, e = pos, pos + n
-            st.note(s, e, P)
+            st.note(s, e, P, 1 << 40)
             hist.append((s, e))
             b0 = (s // B) * B
             piece_end = min(e, b0 + B)
@@ -93,11 +94,14 @@ def test_dense_cases_by_name() -> None:
     assert not dense(10, 10 + B // 2, 0, B, None, P, RUN)  # a big read that jumps: its pages
     st = ReadStream()
     for a, b in [(0, 8), (8, 10), (10, 128)]:  # a header read in small pieces from 0
-        st.note(a, b, P)
+        st.note(a, b, P, 1 << 40)
         assert not dense(a, b, 0, B, st, P, RUN)
     st2 = ReadStream()
-    st2.note(0, P, P)  # a first read of a page or more at offset 0: a stream
+    st2.note(0, P, P, 1 << 40)  # a first read of a page or more at offset 0: a stream
     assert dense(0, P, 0, B, st2, P, RUN)
+    st3 = ReadStream()
+    st3.note(0, 100, P, 100)  # a small file read whole: a stream (read ahead for)
+    assert streaming(st3, RUN) and not streaming(st, RUN)
 
 
 def test_page_size_must_divide_the_block() -> None:

@@ -424,7 +424,7 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         B = engine.block_size
         if end <= start:
             return b""
-        self._stream.note(start, end, engine.page_size)
+        self._stream.note(start, end, engine.page_size, self.meta.size)
         idx = start // B
         if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
             return engine.read_meta(self.meta, start, end - start, self._stream)

@@ -266,7 +266,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                 if len(self._path_streams) >= 1 << 14:  # bounded: a dropped run starts anew
                     self._path_streams.clear()
                 stream = self._path_streams[meta.path] = ReadStream()
-            stream.note(offset, end, self.page_size)
+            stream.note(offset, end, self.page_size, size)
         # a reader that jumps is not read ahead for: its blocks are still told to the
         # policy, but the prefetches it names are not made
         ahead = not paged or (stream is not None and streaming(stream, self.params.sparse_run))

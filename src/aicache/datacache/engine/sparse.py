@@ -66,24 +66,25 @@ class ReadStream:
     before: int = 0
     #: bytes of the run including the latest read
     length: int = 0
-    #: the run began at offset 0 with a read of at least a page
+    #: the run began at offset 0 with a read of at least a page (or of the whole file)
     from_start: bool = False
 
-    def note(self, start: int, end: int, page: int) -> None:
-        """Record the read ``[start, end)``."""
+    def note(self, start: int, end: int, page: int, size: int) -> None:
+        """Record the read ``[start, end)`` of a file of ``size`` bytes."""
         if start == self.end:
             self.before = self.length
             self.length += end - start
         else:
             self.before = 0
             self.length = end - start
-            self.from_start = start == 0 and end - start >= page
+            self.from_start = start == 0 and (end - start >= page or end >= size)
         self.end = end
 
 
 def streaming(stream: ReadStream, sparse_run: int) -> bool:
     """Whether a reader's earlier reads show it streaming: its run began at offset 0 with a
-    read of a page or more, or held ``sparse_run`` bytes before its latest read."""
+    read of a page or more (or of the whole file: a small file read whole), or held
+    ``sparse_run`` bytes before its latest read."""
     return stream.from_start or stream.before >= sparse_run
 
 

@@ -75,7 +75,7 @@ class Handle:
         ranged, sliced = how
         n = x - s if isinstance(x, int) else len(x)  # the piece's length, for hit_bytes
         b0 = idx * engine.block_size
-        self.stream.note(b0 + s, b0 + s + n, engine.page_size)
+        self.stream.note(b0 + s, b0 + s + n, engine.page_size, self.meta.size)
         got = self._held(engine, idx, s, x, n, ranged, sliced)
         if got is not None:
             return got

@@ -307,7 +307,7 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         try:
             idx = offset // B
             if (end - 1) // B != idx:
-                h.stream.note(offset, end, engine.page_size)
+                h.stream.note(offset, end, engine.page_size, h.meta.size)
                 return engine.read_meta(h.meta, offset, end - offset, h.stream)
             s = offset - idx * B
             piece: bytes = h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
