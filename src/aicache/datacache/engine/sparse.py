@@ -207,6 +207,16 @@ class PageReader:
                         self._inflight[k] = flight
                     else:
                         theirs[j] = flight
+        for j in list(mine):
+            # write-behind: the writer may have stored the page (and ended its flight)
+            # between the store lookup above and this flight: read it, do not refetch
+            k = self._page_key(meta, j)
+            data = self.store.get(k)
+            if data is not None:
+                flight = mine.pop(j)
+                pages[j] = data
+                flight.future.set_result(data)
+                self._end_flight(k, flight)
         if mine:
             span = fetch_span(min(mine), max(mine), frozenset(j for j in pages if j not in mine))
             assert span is not None
