@@ -60,7 +60,7 @@ from aicache.datacache.policy.driver import (
     Victim,
     make_engine_system,
 )
-from aicache.datacache.store import HEADER_SIZE, BlockKey
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, BlockKey, block_budget
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.daemon")
@@ -369,7 +369,8 @@ class DaemonPolicy:
 
         def fallback() -> Driver:
             return SystemDriver(make_engine_system(policy, cache_size, block_size, advisor, seed),
-                                block_size, capacity=cache_size, overhead=HEADER_SIZE)
+                                block_size, capacity=block_budget(cache_size),
+                                overhead=HEADER_SIZE, align=ALLOC_UNIT, extra=INDEX_ROW)
 
         dp = cls(path, block_size, fallback, call_timeout_s=call_timeout_s, reconnect_s=reconnect_s)
         deadline = time.monotonic() + timeout_s
@@ -638,7 +639,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parse_size(args.cache_size, what="--cache-size")
     block = parse_size(args.block_size, what="--block-size")
     system = make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed)
-    driver = SystemDriver[BlockKey](system, block, capacity=size, overhead=HEADER_SIZE)
+    driver = SystemDriver[BlockKey](system, block, capacity=block_budget(size), overhead=HEADER_SIZE,
+                                      align=ALLOC_UNIT, extra=INDEX_ROW)
     d = PolicyDaemon(os.path.abspath(args.cache_dir), driver, args.idle_exit)
     log.info("serving %s (policy %s, pid %d)", d.path, args.policy, os.getpid())
     d.serve()

@@ -318,6 +318,8 @@ def simulate_datacache(
     system_params: dict[str, Any] | None = None,
     grader: ChironGrader | None = None,
     block_overhead: int = 0,
+    block_align: int = 1,
+    block_extra: int = 0,
 ) -> DataCacheResult:
     """Replay ``workload`` through ``system`` with a cache of ``cache_size`` bytes.
 
@@ -325,7 +327,9 @@ def simulate_datacache(
     workload name (generated at ``scale``).
     ``system``: a name for :func:`~aicache.datacache.policy.registry.make_system` or an instance.
     ``block_overhead``: bytes each stored block costs beyond its payload in the budget
-    (0; a real store's header size models the engine's store exactly).
+    (0; a real store's header size models the engine's store exactly, with
+    ``block_align`` its allocation unit: each block's cost is rounded up to it, and
+    ``block_extra`` its index row).
     ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the
     workload's seed budget.
     ``grader``: the observer that grades a Chiron run against the phase labels (a fresh
@@ -372,7 +376,8 @@ def simulate_datacache(
 
     sysobj.use_metadata(wl.file_extents().get, file_of)
     try:
-        return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead),
+        return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead,
+                                  align=block_align, extra=block_extra),
                     sysname, capacity, cm, grader if grader.attach(sysobj) else None)
     finally:
         sysobj.close()

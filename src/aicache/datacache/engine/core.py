@@ -81,7 +81,9 @@ from aicache.datacache.policy.driver import (
 )
 from aicache.datacache.policy.system import DataCacheSystem
 from aicache.datacache.store import (
+    ALLOC_UNIT,
     HEADER_SIZE,
+    INDEX_ROW,
     BlockKey,
     Put,
     StoreFull,
@@ -132,7 +134,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, RemoteClient):
         else:
             self.policy = SystemDriver[BlockKey](
                 make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
-                p.block_size, capacity=self.store.capacity, overhead=HEADER_SIZE)
+                p.block_size, capacity=self.store.block_capacity,
+                overhead=HEADER_SIZE, align=ALLOC_UNIT, extra=INDEX_ROW)
             # file extents from the block map, as the simulator gives its block table
             self.policy.system.use_metadata(self._extent_of_unit, self._unit_of_block)
         self.metrics = EngineMetrics(self._snapshot)

@@ -169,17 +169,23 @@ class SystemDriver(Generic[K]):
     """A DataCacheSystem plus the state every driver of one keeps (see module docstring).
 
     ``capacity``: the budget in bytes (the system's own capacity when None); ``overhead``:
-    what each stored block costs beyond its payload (a real store's header), so that the
-    driver's arithmetic is the store's. ``resident`` maps a block to that cost; ``used``
+    what each stored block costs beyond its payload (a real store's header), ``align``
+    the unit that cost is rounded up to (the store's allocation unit), and ``extra`` what
+    it costs besides its file (its index row), so that the driver's arithmetic is the
+    store's. ``resident`` maps a block to that cost; ``used``
     is their sum.
     """
 
     def __init__(self, system: DataCacheSystem, block_size: int, *, capacity: int | None = None,
-                 overhead: int = 0) -> None:
+                 overhead: int = 0, align: int = 1, extra: int = 0) -> None:
         self.system = system
         self.map = BlockMap(block_size)
         self.capacity = int(capacity if capacity is not None else getattr(system, "capacity", 0))
         self.overhead = overhead
+        if align < 1:
+            raise ValueError(f"align={align!r} must be >= 1")
+        self.align = align
+        self.extra = extra
         self.resident: dict[int, int] = {}
         self.keys: dict[int, K] = {}
         self.used = 0
@@ -224,7 +230,7 @@ class SystemDriver(Generic[K]):
         if used < self.used:
             used = self.used
         system = self.system
-        cost = size + self.overhead
+        cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
         cap = self.capacity
         if cost > cap or not system.admit(unit, bid, size, used, now):
             return Admission.REJECTED
@@ -289,7 +295,7 @@ class SystemDriver(Generic[K]):
                     self.drop(bid)
             elif source is Source.STORE and self.system.on_insert(unit, bid, size, now,
                                                                    False) is not False:
-                cost = size + self.overhead
+                cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
                 res[bid] = cost
                 self.keys[bid] = key
                 self.used += cost
