@@ -47,12 +47,14 @@ COMPILED: tuple[str, ...] = (
     "aicache.kv.prefix_policies",
     "aicache.kv.saecache",
     "aicache.kv.saecache_reuse",
+    "aicache.traces.formats._fastparse",
 )
 #: the modules of :data:`COMPILED` that Cython compiles (pure-Python mode, typed arrays);
 #: mypyc compiles the others
 CYTHON: tuple[str, ...] = (
     "aicache.policies.slotcore",
     "aicache.sim.stackdist",
+    "aicache.traces.formats._fastparse",
 )
 #: modules an earlier install compiled and that now run as Python: an extension of theirs
 #: left in an editable tree belongs to an old build (its shim would load a shared library

@@ -120,12 +120,17 @@ def read_header(f: io.TextIOWrapper, path: str) -> tuple[int, list[str] | None]:
     for line in f:
         no += 1
         if line.strip():
-            try:
-                return no, next(csv.reader([line]))
-            except csv.Error as exc:
-                why = _TOO_LONG if "field limit" in str(exc) else str(exc)
-                raise TraceFormatError(path, no, why) from None
+            return no, parse_header(line, path, no)
     return no, None
+
+
+def parse_header(line: str, path: str, no: int) -> list[str]:
+    """Line ``no`` of ``path`` (a csv header, or a first record) parsed as csv."""
+    try:
+        return next(csv.reader([line]))
+    except csv.Error as exc:
+        why = _TOO_LONG if "field limit" in str(exc) else str(exc)
+        raise TraceFormatError(path, no, why) from None
 
 
 def csv_rows(src: TraceSource, first: int, lines: list[str],

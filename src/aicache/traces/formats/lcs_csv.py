@@ -24,10 +24,12 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.traces.base import NEVER, RequestBatch
+from aicache.traces.base import NEVER
+from aicache.traces.base import RequestBatch
 from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, fmt_time, line_chunks,
-                                            csv_rows, make_batch, open_text, parse_id, read_header,
-                                            split_columns, u64_column)
+                                            csv_rows, make_batch, open_text, parse_header, parse_id,
+                                            read_header, split_columns, u64_column)
+from aicache.traces.formats._textchunks import byte_chunks, fast_columns, text_lines
 
 NAME = "lcs-csv"
 ALIASES = {
@@ -73,6 +75,66 @@ class LcsCsvSource(TraceSource):
 
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
         self._start()
+        cols: _Columns | None = None
+        no = 0  # lines before the chunk
+        for buf, end in byte_chunks(self.path):
+            if cols is None:  # the header is in the first chunk holding a non-blank line
+                found = self._header(buf, end, no)
+                if found is None:  # a lone CR before the header: read it all as text
+                    yield from self._text_batches(batch_size)
+                    return
+                cols, start, no = found
+                if cols is None:
+                    continue
+                del buf[:start]
+                end -= start
+            fast = fast_columns(buf, end, cols.width, cols.id, cols.t, cols.s, cols.n, cols.vt)
+            if fast is not None:
+                ts, ids, sizes, nxt = fast
+                for s in range(0, len(ids), batch_size):
+                    e = s + batch_size
+                    yield RequestBatch(timestamp=ts[s:e], obj_id=ids[s:e], obj_size=sizes[s:e],
+                                       next_access_vtime=None if nxt is None else nxt[s:e])
+                cols.vt += len(ids)
+                no += len(ids)
+                continue
+            lines = text_lines(buf, end)
+            for s in range(0, len(lines), batch_size):
+                yield from cols.batch(self, no + s + 1, lines[s:s + batch_size])
+            no += len(lines)
+        self._finish()
+
+    def _header(self, buf: bytearray, end: int, no: int) -> tuple[_Columns | None, int, int] | None:
+        """The columns named by the chunk's first non-blank line (None where the chunk is
+        blank), the offset where the records start (the header's next line, or the line
+        itself where it is a record) and the lines before that offset; None where a lone CR
+        ends a line (which only the text reader splits as it does)."""
+        pos = 0
+        while pos < end:
+            nl = buf.find(b"\n", pos, end)
+            stop = end if nl < 0 else nl + 1
+            raw = bytes(buf[pos:stop])
+            body = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw
+            if b"\r" in body:
+                return None
+            no += 1
+            line = body.decode("utf-8", errors="replace") + ("\n" if nl >= 0 else "")
+            if line.strip():
+                first = parse_header(line, self.path, no)
+                pos_, has_header = columns(first)
+                if "obj_id" not in pos_:
+                    raise BadInput(
+                        f"{self.path}: record {no}: lcs-csv header {','.join(first)!r} names "
+                        "no object id column; name one obj_id, id or key"
+                    )
+                if has_header:
+                    return _Columns(pos_, len(first)), stop, no
+                return _Columns(pos_, len(first)), pos, no - 1
+            pos = stop
+        return None, end, no
+
+    def _text_batches(self, batch_size: int) -> Iterator[RequestBatch]:
+        """The whole file through the text reader (universal newlines) and the general path."""
         with open_text(self.path) as f:
             hline, first = read_header(f, self.path)
             if first is None:
@@ -89,13 +151,7 @@ class LcsCsvSource(TraceSource):
             if not has_header:  # the first line is a record
                 chunks = _prepend((hline, [",".join(first)]), chunks)
             for no, lines in chunks:
-                split = split_columns(lines, cols.width)
-                out = None if split is None else cols.fast(split)
-                if out is None:
-                    out = cols.slow(self, no, lines)
-                if len(out[1]):
-                    cols.vt += len(out[1])
-                    yield make_batch(*out)
+                yield from cols.batch(self, no, lines)
         self._finish()
 
 
@@ -116,6 +172,16 @@ class _Columns:
         self.need = max(pos.values())
         self.width = width
         self.vt = 0  # requests so far: the timestamp when the file has no time column
+
+    def batch(self, src: TraceSource, no: int, lines: list[str]) -> Iterator[RequestBatch]:
+        """The general path over one chunk of lines, the first being line ``no``."""
+        split = split_columns(lines, self.width)
+        out = None if split is None else self.fast(split)
+        if out is None:
+            out = self.slow(src, no, lines)
+        if len(out[1]):
+            self.vt += len(out[1])
+            yield make_batch(*out)
 
     def fast(self, cols: list[list[str]]) -> _Parsed | None:
         """Column-wise conversion of a clean chunk of decimal ids; None sends the chunk to
@@ -163,11 +229,16 @@ class _Columns:
                         v = NEVER
                     elif v < NEVER:
                         raise ValueError(f"next_access_vtime {v} is below -1")
+                    elif v > _INT64_MAX:
+                        raise ValueError(f"next_access_vtime {v} is above 2**63 - 1")
             except ValueError as exc:
                 bad(no, f"bad field ({exc})")
                 continue
             if s < 0:
                 bad(no, f"negative size {s}")
+                continue
+            if s > _INT64_MAX:
+                bad(no, f"size {s} is above 2**63 - 1")
                 continue
             raw = row[self.id].strip()
             ids.append(int(raw) if raw.isdigit() and len(raw) < 20 else parse_id(raw))

@@ -13,8 +13,9 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, TraceSource, line_chunks, make_batch,
-                                            open_text, parse_id, u64_column)
+from aicache.traces.formats._common import (DEFAULT_BATCH, TraceSource, make_batch, parse_id,
+                                            u64_column)
+from aicache.traces.formats._textchunks import byte_chunks, fast_ids, text_lines
 
 NAME = "lcs-txt"
 
@@ -27,17 +28,33 @@ class LcsTxtSource(TraceSource):
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
         self._start()
         vt = 0
-        with open_text(self.path) as f:
-            for _, lines in line_chunks(f, 1, batch_size):
-                ids: np.ndarray | list[int] | None = _decimal_ids(lines)
-                if ids is None:  # blank lines, spaces inside an id, non-decimal ids
-                    ids = [parse_id(s) for s in map(str.strip, lines) if s]
-                    if not ids:
-                        continue
-                k = len(ids)
-                yield make_batch(list(range(vt, vt + k)), ids, [1] * k)
-                vt += k
+        for buf, end in byte_chunks(self.path):
+            fast = fast_ids(buf, end)
+            if fast is not None:
+                for s in range(0, len(fast), batch_size):
+                    ids = fast[s:s + batch_size]
+                    k = len(ids)
+                    yield RequestBatch(timestamp=np.arange(vt, vt + k, dtype=np.float64),
+                                       obj_id=ids, obj_size=np.ones(k, dtype=np.int64))
+                    vt += k
+                continue
+            lines = text_lines(buf, end)
+            for s in range(0, len(lines), batch_size):
+                for batch in self._parse(lines[s:s + batch_size], vt):
+                    vt += len(batch)
+                    yield batch
         self._finish()
+
+    @staticmethod
+    def _parse(lines: list[str], vt: int) -> Iterator[RequestBatch]:
+        """The general path over one chunk of lines (requests from ``vt`` on)."""
+        ids: np.ndarray | list[int] | None = _decimal_ids(lines)
+        if ids is None:  # blank lines, spaces inside an id, non-decimal ids
+            ids = [parse_id(s) for s in map(str.strip, lines) if s]
+            if not ids:
+                return
+        k = len(ids)
+        yield make_batch(list(range(vt, vt + k)), ids, [1] * k)
 
 
 def _decimal_ids(lines: list[str]) -> np.ndarray | None:
