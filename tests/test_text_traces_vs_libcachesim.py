@@ -206,3 +206,86 @@ def test_parsers_refuse_what_they_cannot_read_exactly() -> None:
     for line in (b"1e3,5,3,0", b"1,5,-3,0", b"1,5,3,-2", b"9007199254740993,5,3,0", b"1,5,3", b"1,5,3,0,9",
                  b'1,"5",3,0', b"1,5,3,9223372036854775808", b"1, 5,3,0", b".5,5,3,0"):
         assert _fastparse.parse_columns(bytearray(line), len(line), 4, 1, 0, 2, 3, 1 << 17, 0, *cols) == -1, line
+
+
+# ------------------------------------------------- the simulator's columns without numpy
+def _oracle_file(path: Path, rng: np.random.Generator, n: int, bad_at: int | None) -> None:
+    from aicache.traces.formats.oracle_general import record_dtype
+
+    rec = np.zeros(n, dtype=record_dtype())
+    rec["timestamp"] = np.arange(n)
+    rec["obj_id"] = rng.integers(0, 2**64, size=n, dtype=np.uint64) % 50 * 2**58 + 3
+    rec["obj_size"] = rng.choice([0, 1, 7, 4096, 2**32 - 1], size=n)
+    rec["next_access_vtime"] = rng.choice([-1, 2**63 - 1, 5, 2**40], size=n)
+    if bad_at is not None:
+        rec["next_access_vtime"][bad_at] = -7
+    path.write_bytes(rec.tobytes() + b"\x01\x02")  # and a truncated record
+
+
+def _columns_via_batches(src: object, batch: int) -> tuple[list[int], list[int], int, int, int]:
+    ids: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for b in src.batches(batch):  # type: ignore[attr-defined]
+        ids += b.obj_id.tolist()
+        sizes += b.obj_size.tolist()
+        total += int(b.obj_size.sum())
+    return ids, sizes, total, src.bad_records, src.zero_size_records  # type: ignore[attr-defined]
+
+
+def _columns_via_id_sizes(src: object, batch: int) -> tuple[list[int], list[int], int, int, int]:
+    ids: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for i, s, t in src.id_sizes(batch):  # type: ignore[attr-defined]
+        ids += list(i)
+        sizes += list(s)
+        total += t
+    return ids, sizes, total, src.bad_records, src.zero_size_records  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad_at", [None, 3, 250])
+def test_oracle_general_columns_equal_the_numpy_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       bad_at: int | None) -> None:
+    """The compiled record parser (forced on, so it runs as Python where not compiled)
+    gives the numpy reader's ids, sizes, size-0 skips and bad records."""
+    from aicache.traces.formats.oracle_general import OracleGeneralSource
+
+    p = tmp_path / "t.oracleGeneral"
+    _oracle_file(p, np.random.default_rng(3), 300, bad_at)
+    ref = _columns_via_batches(OracleGeneralSource(str(p), skip_bad=True), 64)
+    monkeypatch.setattr(_fastparse, "compiled", True)
+    got = _columns_via_id_sizes(OracleGeneralSource(str(p), skip_bad=True), 64)
+    assert got == ref
+    assert ref[3] == 1 + (bad_at is not None) and ref[4] > 0  # the truncated record, the bad one; zeros
+    with pytest.raises(BadInput, match="record 301: truncated" if bad_at is None else f"record {bad_at + 1}:"):
+        list(OracleGeneralSource(str(p)).id_sizes(64))
+
+
+@pytest.mark.parametrize("kind", ["txt", "csv"])
+def test_text_columns_equal_batches(traces: dict[str, Path], monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setattr(_fastparse, "compiled", True)
+    cls = LcsTxtSource if kind == "txt" else LcsCsvSource
+    assert _columns_via_id_sizes(cls(str(traces[kind])), 999) == _columns_via_batches(cls(str(traces[kind])), 999)
+
+
+@pytest.mark.parametrize("kind", ["txt", "csv", "oracle-general"])
+def test_sim_cache_imports_numpy_only_without_the_compiled_parser(traces: dict[str, Path], tmp_path: Path,
+                                                                  kind: str) -> None:
+    """numpy's import is most of a short run's start-up: the compiled route does without it."""
+    import subprocess
+    import sys
+
+    path = traces.get(kind)
+    if path is None:
+        path = tmp_path / "t.oracleGeneral"
+        _oracle_file(path, np.random.default_rng(1), 500, None)
+        path.write_bytes(path.read_bytes()[:-2])
+    code = ("import sys; from aicache.cli.main import main; "
+            f"rc = main(['sim', 'cache', '--trace', {str(path)!r}, '--policy', 'lru', '--cache-size', '5', '--json']); "
+            "from aicache.traces.formats import _fastparse; "
+            "print(rc, 'numpy' in sys.modules, _fastparse.compiled)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    rc, has_numpy, compiled = out.strip().splitlines()[-1].split()
+    assert rc == "0"
+    assert has_numpy == str(compiled == "False"), out

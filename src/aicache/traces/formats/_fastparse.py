@@ -1,8 +1,9 @@
 # mypy: ignore-errors
 # (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
 # typed seam is aicache.traces.formats._textchunks, which calls these functions.)
-"""Byte-level parsers of the clean text traces: one id per line (``lcs-txt``) and comma
-columns of plain numbers (``lcs-csv``), written into typed arrays.
+"""Byte-level parsers of the clean text traces — one id per line (``lcs-txt``) and comma
+columns of plain numbers (``lcs-csv``) — and of oracle-general records, written into
+typed arrays.
 
 Compiled by Cython at install (:data:`aicache.native.CYTHON`): a pass over the bytes with
 no Python object per line, which is what lets ``aicache sim cache`` read a text trace as
@@ -42,6 +43,7 @@ _NINE = cython.declare(cython.int, 57)
 #: (2**64 - 1) // 10 and its last digit: the bound of a uint64 being read digit by digit
 _U64_TENTH = cython.declare(cython.ulonglong, 1844674407370955161)
 _U64_LAST = cython.declare(cython.int, 5)
+_U64_ALL = cython.declare(cython.ulonglong, 18446744073709551615)
 _I64_MAX = cython.declare(cython.longlong, 9223372036854775807)
 _I64_TENTH = cython.declare(cython.longlong, 922337203685477580)
 _I64_LAST = cython.declare(cython.int, 7)
@@ -209,3 +211,48 @@ def parse_columns(buf: cython.uchar[::1], end: cython.Py_ssize_t, width: cython.
             sizes[n] = 1
         n += 1
     return n
+
+
+def parse_oracle(buf: cython.uchar[::1], count: cython.Py_ssize_t, ids: cython.ulonglong[::1],
+                 sizes: cython.longlong[::1]) -> cython.Py_ssize_t:
+    """The id and size of each of the ``count`` oracle-general records in ``buf`` (24
+    little-endian bytes each: u32 time, u64 id, u32 size, i64 next access) whose size is
+    not 0, into ``ids`` and ``sizes``; records of size 0 are skipped, as libCacheSim's
+    reader does. Returns the number written, or -1 where a record's next access is below
+    -1 (INT64_MAX reads as -1): a bad record, which the general path reports."""
+    r: cython.Py_ssize_t
+    b: cython.Py_ssize_t
+    j: cython.int
+    n: cython.Py_ssize_t = 0
+    key: cython.ulonglong
+    nxt: cython.ulonglong
+    size: cython.longlong
+    for r in range(count):
+        b = 24 * r
+        nxt = 0
+        for j in range(7, -1, -1):
+            nxt = (nxt << 8) | buf[b + 16 + j]
+        # signed value below -1: the top bit set and not all ones
+        if nxt >> 63 and nxt != _U64_ALL:
+            return -1
+        size = (cython.cast(cython.longlong, buf[b + 12]) | (cython.cast(cython.longlong, buf[b + 13]) << 8)
+                | (cython.cast(cython.longlong, buf[b + 14]) << 16)
+                | (cython.cast(cython.longlong, buf[b + 15]) << 24))
+        if size == 0:
+            continue
+        key = 0
+        for j in range(7, -1, -1):
+            key = (key << 8) | buf[b + 4 + j]
+        ids[n] = key
+        sizes[n] = size
+        n += 1
+    return n
+
+
+def total(values: cython.longlong[::1]) -> cython.longlong:
+    """The sum of ``values``."""
+    s: cython.longlong = 0
+    k: cython.Py_ssize_t
+    for k in range(len(values)):
+        s += values[k]
+    return s

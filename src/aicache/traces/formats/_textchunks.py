@@ -13,17 +13,65 @@ does. gzip and zstd files are decompressed as they are read (:func:`open_binary`
 from __future__ import annotations
 
 import io
+from array import array
 from collections.abc import Iterator
-
-import numpy as np
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aicache.traces.formats import _fastparse
 from aicache.traces.formats._common import FIELD_LIMIT, open_binary, read_exact
+
+if TYPE_CHECKING:
+    from aicache.traces.base import RequestBatch
 
 #: bytes read per chunk (a chunk holds whole lines, so a line longer than this is read
 #: into one chunk with it)
 CHUNK = 1 << 20
 _BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(slots=True)
+class FastChunk:
+    """A chunk the compiled parser read: typed columns (memoryviews of ``array``s, no
+    numpy needed), ``ts`` None for times ``vt, vt + 1, …`` and ``sizes`` None for all 1."""
+
+    ids: memoryview
+    ts: memoryview | None
+    sizes: memoryview | None
+    nxt: memoryview | None
+    vt: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def batches(self, batch_size: int) -> Iterator[RequestBatch]:
+        """The chunk as :class:`RequestBatch` pieces of at most ``batch_size`` requests."""
+        import numpy as np
+
+        from aicache.traces.base import RequestBatch
+
+        n = len(self.ids)
+        ids = np.frombuffer(self.ids, dtype=np.uint64)
+        ts = (np.arange(self.vt, self.vt + n, dtype=np.float64) if self.ts is None
+              else np.frombuffer(self.ts, dtype=np.float64))
+        sizes = np.ones(n, dtype=np.int64) if self.sizes is None else np.frombuffer(self.sizes, dtype=np.int64)
+        nxt = None if self.nxt is None else np.frombuffer(self.nxt, dtype=np.int64)
+        for s in range(0, n, batch_size):
+            e = s + batch_size
+            yield RequestBatch(timestamp=ts[s:e], obj_id=ids[s:e], obj_size=sizes[s:e],
+                               next_access_vtime=None if nxt is None else nxt[s:e])
+
+    def id_sizes(self) -> tuple[memoryview, memoryview, int]:
+        """(ids, sizes, the sizes' sum): what the simulator's slot pre-pass reads."""
+        if self.sizes is None:
+            n = len(self.ids)
+            return self.ids, memoryview(array("q", [1]) * n), n
+        return self.ids, self.sizes, int(_fastparse.total(self.sizes))
+
+
+def zeros(code: str, n: int) -> memoryview:
+    """A zeroed typed column: ``n`` items of the ``array`` type ``code``."""
+    return memoryview(array(code, [0]) * n)
 
 
 def byte_chunks(path: str, first: bytes = b"") -> Iterator[tuple[bytearray, int]]:
@@ -59,22 +107,19 @@ def text_lines(buf: bytearray, end: int) -> list[str]:
     return io.StringIO(bytes(buf[:end]).decode("utf-8", errors="replace"), newline=None).readlines()
 
 
-def fast_ids(buf: bytearray, end: int) -> np.ndarray | None:
-    """The chunk's ids (uint64) when every line is one plain decimal id below 2**64 and the
-    parser is compiled; None sends the chunk to the general path."""
+def fast_ids(buf: bytearray, end: int, vt: int) -> FastChunk | None:
+    """The chunk's ids (requests from time ``vt`` on) when every line is one plain
+    decimal id below 2**64 and the parser is compiled; None sends the chunk to the general
+    path."""
     if not _fastparse.compiled:
         return None
-    ids = np.empty(buf.count(b"\n", 0, end) + 1, dtype=np.uint64)
+    ids = zeros("Q", buf.count(b"\n", 0, end) + 1)
     n = _fastparse.parse_ids(buf, end, ids)
-    return ids[:n] if n >= 0 else None
-
-
-#: a chunk's columns: timestamps, ids, sizes, next-access times (None without that column)
-Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
+    return FastChunk(ids[:n], None, None, None, vt) if n >= 0 else None
 
 
 def fast_columns(buf: bytearray, end: int, width: int, id_col: int, t_col: int, s_col: int,
-                 n_col: int, vt: int) -> Columns | None:
+                 n_col: int, vt: int) -> FastChunk | None:
     """The chunk's columns when every line is ``width`` plain fields (see
     :func:`aicache.traces.formats._fastparse.parse_columns`; a missing column is -1,
     ``vt`` the time of the first record without a time column) and the parser is
@@ -82,12 +127,12 @@ def fast_columns(buf: bytearray, end: int, width: int, id_col: int, t_col: int, 
     if not _fastparse.compiled:
         return None
     rows = buf.count(b"\n", 0, end) + 1
-    ts = np.empty(rows, dtype=np.float64)
-    ids = np.empty(rows, dtype=np.uint64)
-    sizes = np.empty(rows, dtype=np.int64)
-    nxt = np.empty(rows if n_col >= 0 else 0, dtype=np.int64)
+    ts = zeros("d", rows)
+    ids = zeros("Q", rows)
+    sizes = zeros("q", rows)
+    nxt = zeros("q", rows if n_col >= 0 else 0)
     n = _fastparse.parse_columns(buf, end, width, id_col, t_col, s_col, n_col, FIELD_LIMIT, vt,
                                  ts, ids, sizes, nxt)
     if n < 0:
         return None
-    return ts[:n], ids[:n], sizes[:n], (nxt[:n] if n_col >= 0 else None)
+    return FastChunk(ids[:n], ts[:n], sizes[:n], nxt[:n] if n_col >= 0 else None, vt)

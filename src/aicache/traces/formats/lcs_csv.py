@@ -21,15 +21,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
 from aicache.errors import BadInput
 from aicache.traces.base import NEVER
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, fmt_time, line_chunks,
-                                            csv_rows, make_batch, open_text, parse_header, parse_id,
-                                            read_header, split_columns, u64_column)
-from aicache.traces.formats._textchunks import byte_chunks, fast_columns, text_lines
+from aicache.traces.formats._common import (DEFAULT_BATCH, Column, FloatColumn, IntColumn, TraceSource, fmt_time,
+                                            general_id_sizes, line_chunks, csv_rows, make_batch, open_text,
+                                            parse_header, parse_id, read_header, split_columns, u64_column)
+from aicache.traces.formats import _fastparse
+from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_columns, text_lines
 
 NAME = "lcs-csv"
 ALIASES = {
@@ -74,6 +73,25 @@ class LcsCsvSource(TraceSource):
     format = NAME
 
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield from chunk.batches(batch_size)
+            else:
+                yield chunk
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        if not _fastparse.compiled:
+            yield from super().id_sizes(batch_size)
+            return
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield chunk.id_sizes()
+            else:
+                yield from general_id_sizes(chunk)
+
+    def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
+        """The file's requests: a chunk the compiled parser read whole, or the general
+        path's batches of the chunk it refused."""
         self._start()
         cols: _Columns | None = None
         no = 0  # lines before the chunk
@@ -90,13 +108,9 @@ class LcsCsvSource(TraceSource):
                 end -= start
             fast = fast_columns(buf, end, cols.width, cols.id, cols.t, cols.s, cols.n, cols.vt)
             if fast is not None:
-                ts, ids, sizes, nxt = fast
-                for s in range(0, len(ids), batch_size):
-                    e = s + batch_size
-                    yield RequestBatch(timestamp=ts[s:e], obj_id=ids[s:e], obj_size=sizes[s:e],
-                                       next_access_vtime=None if nxt is None else nxt[s:e])
-                cols.vt += len(ids)
-                no += len(ids)
+                cols.vt += len(fast)
+                no += len(fast)
+                yield fast
                 continue
             lines = text_lines(buf, end)
             for s in range(0, len(lines), batch_size):
@@ -186,6 +200,8 @@ class _Columns:
     def fast(self, cols: list[list[str]]) -> _Parsed | None:
         """Column-wise conversion of a clean chunk of decimal ids; None sends the chunk to
         :meth:`slow` (hashed ids, bad values)."""
+        import numpy as np
+
         k = len(cols[0])
         try:
             ids = u64_column(cols[self.id])

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from aicache.errors import BadInput
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, TraceSource, make_batch, parse_id,
-                                            u64_column)
-from aicache.traces.formats._textchunks import byte_chunks, fast_ids, text_lines
+from aicache.traces.formats import _fastparse
+from aicache.traces.formats._common import (DEFAULT_BATCH, Column, TraceSource, general_id_sizes as _general_id_sizes,
+                                            make_batch, parse_id, u64_column)
+from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_ids, text_lines
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAME = "lcs-txt"
 
@@ -26,17 +30,32 @@ class LcsTxtSource(TraceSource):
     format = NAME
 
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield from chunk.batches(batch_size)
+            else:
+                yield chunk
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        if not _fastparse.compiled:
+            yield from super().id_sizes(batch_size)
+            return
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield chunk.id_sizes()
+            else:
+                yield from _general_id_sizes(chunk)
+
+    def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
+        """The file's requests: a chunk the compiled parser read whole, or the general
+        path's batches of the chunk it refused."""
         self._start()
         vt = 0
         for buf, end in byte_chunks(self.path):
-            fast = fast_ids(buf, end)
+            fast = fast_ids(buf, end, vt)
             if fast is not None:
-                for s in range(0, len(fast), batch_size):
-                    ids = fast[s:s + batch_size]
-                    k = len(ids)
-                    yield RequestBatch(timestamp=np.arange(vt, vt + k, dtype=np.float64),
-                                       obj_id=ids, obj_size=np.ones(k, dtype=np.int64))
-                    vt += k
+                vt += len(fast)
+                yield fast
                 continue
             lines = text_lines(buf, end)
             for s in range(0, len(lines), batch_size):
