@@ -349,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.requests} requests, {distinct} objects, Zipf alpha {args.alpha}, "
               f"cache {cap} objects, libCacheSim hashpower {hashpower}, "
               f"our hot path {'compiled' if compiled else 'pure Python'}")
-        print(f"{'policy':8} {'libCacheSim req/s':>18} {'ours req/s':>12} {'ours loop req/s':>16} "
-              f"{'ratio':>6} {'loop ratio':>10} {'cpu ratio':>9} {'miss (lcs / ours)':>20}")
+        if rows:
+            print(f"{'policy':8} {'libCacheSim req/s':>18} {'ours req/s':>12} {'ours loop req/s':>16} "
+                  f"{'ratio':>6} {'loop ratio':>10} {'cpu ratio':>9} {'miss (lcs / ours)':>20}")
         for r in rows:
             print(f"{r.policy:8} {r.libcachesim_rps:18,.0f} {r.ours_rps:12,.0f} {r.ours_loop_rps:16,.0f} "
                   f"{r.ratio:6.3f} {r.loop_ratio:10.3f} {r.cpu_ratio:9.3f} "
