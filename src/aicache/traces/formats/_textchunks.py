@@ -74,12 +74,11 @@ def zeros(code: str, n: int) -> memoryview:
     return memoryview(array(code, [0]) * n)
 
 
-def byte_chunks(path: str, first: bytes = b"") -> Iterator[tuple[bytearray, int]]:
+def byte_chunks(path: str) -> Iterator[tuple[bytearray, int]]:
     """``(buffer, end)`` per chunk: ``buffer[:end]`` is whole lines, each ending in LF but
-    the file's last, and the chunks in order are the file's bytes without a leading BOM.
-    ``first``: bytes already read from the start of the (decompressed) file."""
+    the file's last, and the chunks in order are the file's bytes without a leading BOM."""
     with open_binary(path) as f:
-        rest = bytearray(first)
+        rest = bytearray()
         at_start = True
         while True:
             data = read_exact(f, CHUNK)

@@ -85,7 +85,8 @@ class LcsCsvSource(TraceSource):
             return
         for chunk in self._chunks(batch_size):
             if isinstance(chunk, FastChunk):
-                yield chunk.id_sizes()
+                if len(chunk):
+                    yield chunk.id_sizes()
             else:
                 yield from general_id_sizes(chunk)
 

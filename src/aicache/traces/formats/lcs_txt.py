@@ -8,13 +8,12 @@ uint64 (blake2b-8). Blank lines are skipped; surrounding whitespace and CR are i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-
 from typing import TYPE_CHECKING
 
 from aicache.errors import BadInput
 from aicache.traces.base import RequestBatch
 from aicache.traces.formats import _fastparse
-from aicache.traces.formats._common import (DEFAULT_BATCH, Column, TraceSource, general_id_sizes as _general_id_sizes,
+from aicache.traces.formats._common import (DEFAULT_BATCH, Column, TraceSource, general_id_sizes,
                                             make_batch, parse_id, u64_column)
 from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_ids, text_lines
 
@@ -42,9 +41,10 @@ class LcsTxtSource(TraceSource):
             return
         for chunk in self._chunks(batch_size):
             if isinstance(chunk, FastChunk):
-                yield chunk.id_sizes()
+                if len(chunk):
+                    yield chunk.id_sizes()
             else:
-                yield from _general_id_sizes(chunk)
+                yield from general_id_sizes(chunk)
 
     def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
         """The file's requests: a chunk the compiled parser read whole, or the general
