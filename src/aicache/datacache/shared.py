@@ -247,7 +247,9 @@ class SharedTier:
         path = self.path_of(key)
         try:
             found = self._call(lambda: bool(self.fs.exists(path)))
-        except Exception:  # noqa: BLE001 - _Skipped, timeouts and the client's errors alike
+        except _Skipped:
+            return None
+        except Exception:  # noqa: BLE001 - timeouts and the client's errors alike
             self.breaker.failure()
             return None
         self.breaker.success()

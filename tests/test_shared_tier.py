@@ -1,0 +1,352 @@
+"""The shared tier: a cache level under each node's local cache, on a store all nodes share.
+
+What is proved, against outside references (SHA-256 of the origin's bytes; request counts
+taken at the servers, not by the client):
+
+* nodes are separate processes with separate cache dirs; the origin is a counting moto S3
+  behind a delay line, the shared tier a *second* counting moto S3. A second node's first
+  epoch makes no origin GET for what the first node read, and gets every byte right;
+* a shared block overwritten with garbage, and one holding another version's block (the
+  origin object changed), are misses: counted as rejects, read from the origin, right bytes;
+* the shared server stopped, and stopped with SIGSTOP (it accepts connections, never
+  answers): reads still complete from the origin with the right bytes (the time limit on
+  the node is only a hang guard);
+* the block format's checks (brute force over damaged copies), the circuit breaker (an
+  injected clock), the write queue's bound (a store whose writes never finish), and the
+  bound on calls that hang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from aicache.datacache.engine import CacheEngine, file_meta
+from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.shared import CircuitBreaker, SharedTier, SharedTierSpec
+from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
+from aicache.datacache.version import scheme_for
+from aicache.testing.delayline import DelayLine
+from aicache.testing.s3count import CountingS3, start_counting_s3
+
+TESTS = Path(__file__).parent
+ORIGIN, SHARED = "origin", "shared"
+BLOCK = 64 * 1024
+#: a node that takes this long is hung (the assertions are about completion, not time)
+HANG_GUARD_S = 180
+
+
+# -- the block format ---------------------------------------------------------------------------
+def test_decode_accepts_only_the_intact_block_of_its_key() -> None:
+    rng = random.Random(1)
+    data = rng.randbytes(1000)
+    key = BlockKey("b/x.bin", "etag-1", 3)
+    blob = encode_block(key, data, BLOCK)
+    assert decode_block(key, blob, BLOCK) == data
+    # brute force: every truncation and every single-byte change is refused
+    for cut in range(0, len(blob), 37):
+        assert decode_block(key, blob[:cut], BLOCK) is None
+    for at in range(0, len(blob), 41):
+        bad = bytearray(blob)
+        bad[at] ^= 0x5A
+        assert decode_block(key, bytes(bad), BLOCK) is None, at
+    # the same bytes under another path, version, index or block size: not this block
+    for other in (BlockKey("b/y.bin", "etag-1", 3), BlockKey("b/x.bin", "etag-2", 3),
+                  BlockKey("b/x.bin", "etag-1", 4)):
+        assert decode_block(other, blob, BLOCK) is None
+    assert decode_block(key, blob, 2 * BLOCK) is None
+    assert decode_block(key, rng.randbytes(len(blob)), BLOCK) is None
+    assert len(blob) == HEADER_SIZE + len(data)
+
+
+# -- the circuit breaker ------------------------------------------------------------------------
+def test_breaker_opens_after_failures_and_retries_after_its_backoff() -> None:
+    now = [0.0]
+    b = CircuitBreaker(3, 10.0, lambda: now[0])
+    b.failure()
+    b.failure()
+    assert b.allow()  # two failures: still closed
+    b.success()
+    b.failure()
+    b.failure()
+    assert b.allow()  # a success reset the count
+    b.failure()
+    assert not b.allow()
+    now[0] = 9.99
+    assert not b.allow()
+    now[0] = 10.0
+    assert b.allow()  # the backoff is over: one call may try
+    b.failure()
+    assert not b.allow()  # and one failure opens it again
+    now[0] = 20.0
+    assert b.allow()
+    b.success()
+    b.failure()
+    assert b.allow()  # after a success it takes three again
+
+
+# -- bounds on a store that hangs ---------------------------------------------------------------
+class HangingFS(MemoryFileSystem):  # type: ignore[misc]  # fsspec is untyped
+    """A memory store whose reads and writes wait on ``gate`` (a stopped server)."""
+
+    gate = threading.Event()
+
+    def cat_file(self, path: str, *args: Any, **kwargs: Any) -> bytes:
+        self.gate.wait()
+        return bytes(super().cat_file(path, *args, **kwargs))
+
+    def pipe_file(self, path: str, value: bytes, *args: Any, **kwargs: Any) -> None:
+        self.gate.wait()
+        super().pipe_file(path, value, *args, **kwargs)
+
+
+@pytest.fixture
+def hanging() -> Iterator[HangingFS]:
+    HangingFS.gate.clear()
+    fs = HangingFS(skip_instance_cache=True)
+    yield fs
+    HangingFS.gate.set()  # let the parked threads go
+
+
+def test_reads_of_a_hanging_store_are_bounded_then_backed_off(hanging: HangingFS) -> None:
+    now = [0.0]
+    m = EngineMetrics()
+    spec = SharedTierSpec("memory://t", timeout_s=0.05, failures=2, backoff_s=60.0, call_slots=4)
+    tier = SharedTier(spec, BLOCK, m, fs=hanging, root="/t", clock=lambda: now[0])
+    key = BlockKey("b/x", "v", 0)
+    assert tier.get(key, 10) is None  # waited its bound, then gave up
+    assert tier.get(key, 10) is None
+    assert m.value("shared_errors") == 2
+    for _ in range(5):  # backing off: no call made at all
+        assert tier.get(key, 10) is None
+    assert m.value("shared_skipped") == 5 and m.value("shared_errors") == 2
+    now[0] = 61.0
+    assert tier.get(key, 10) is None  # one retry after the backoff, which also hangs
+    assert m.value("shared_errors") == 3
+    tier.close(timeout_s=0.1)
+
+
+def test_calls_that_hang_hold_their_slots_and_later_calls_are_skipped(hanging: HangingFS) -> None:
+    m = EngineMetrics()
+    spec = SharedTierSpec("memory://t", timeout_s=0.02, failures=100, call_slots=2)
+    tier = SharedTier(spec, BLOCK, m, fs=hanging, root="/t")
+    key = BlockKey("b/x", "v", 0)
+    for _ in range(2):
+        assert tier.get(key, 10) is None  # each times out; its thread stays parked
+    for _ in range(3):
+        assert tier.get(key, 10) is None
+    assert m.value("shared_errors") == 2 and m.value("shared_skipped") == 3
+    tier.close(timeout_s=0.1)
+
+
+def test_a_full_write_queue_drops_blocks_and_never_waits(hanging: HangingFS) -> None:
+    m = EngineMetrics()
+    spec = SharedTierSpec("memory://t", timeout_s=30.0, write_queue=3, call_slots=1)
+    tier = SharedTier(spec, BLOCK, m, fs=hanging, root="/t")
+    offered = [tier.offer(BlockKey("b/x", "v", i), b"x" * 100) for i in range(10)]
+    # the writer holds one block (its write hangs), three wait in the queue: the rest drop
+    assert offered.count(True) in (3, 4)  # 4 when the writer took the first one already
+    assert m.value("shared_write_drops") == offered.count(False)
+    assert tier.queue_depth <= 3
+    HangingFS.gate.set()
+    assert tier.flush(30.0)
+    assert m.value("shared_writes") == offered.count(True)
+    for i, ok in enumerate(offered):
+        key = BlockKey("b/x", "v", i)
+        assert (tier.get(key, 100) == b"x" * 100) is ok
+    tier.close()
+
+
+# -- two engines in one process over a file-system tier -----------------------------------------
+def test_second_engine_reads_the_first_ones_blocks_from_the_tier(tmp_path: Path) -> None:
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    rng = random.Random(7)
+    files = {origin / f"f{i}.bin": rng.randbytes(rng.randrange(1, 5 * BLOCK)) for i in range(5)}
+    for p, data in files.items():
+        p.write_bytes(data)
+    spec = SharedTierSpec(f"file://{tmp_path / 'tier'}")
+    target = fsspec.filesystem("file")
+    fetched = []
+    for node in (1, 2):
+        with CacheEngine(target, str(tmp_path / f"cache{node}"), 1 << 26, policy="lru",
+                         shared=spec) as e:
+            for p, data in files.items():
+                assert e.read(str(p)) == data
+        fetched.append((e.metrics.value("remote_bytes"), e.metrics.value("shared_hit_bytes")))
+    total = sum(len(d) for d in files.values())
+    assert fetched[0] == (total, 0)  # node 1: all from the origin, all written to the tier
+    assert fetched[1] == (0, total)  # node 2: nothing from the origin
+
+
+# -- nodes as processes, two S3 servers ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[CountingS3, DelayLine, CountingS3]]:
+    origin = start_counting_s3()
+    shared = start_counting_s3()
+    line = DelayLine(("127.0.0.1", origin.port), delay_s=0.003)
+    try:
+        for server in (origin, shared):
+            fs = _s3(server.endpoint_url)
+            fs.mkdir(ORIGIN if server is origin else SHARED)
+        yield origin, line, shared
+    finally:
+        line.close()
+        origin.stop()
+        shared.stop()
+
+
+def _s3(endpoint: str) -> Any:
+    return fsspec.filesystem("s3", key="testing", secret="testing", skip_instance_cache=True,
+                             use_listings_cache=False, client_kwargs={"endpoint_url": endpoint})
+
+
+def _dataset(origin: CountingS3, prefix: str, n: int, seed: int) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    fs = _s3(origin.endpoint_url)
+    files = {f"{ORIGIN}/{prefix}/f{i:02d}.bin": rng.randbytes(rng.randrange(1, 4 * BLOCK))
+             for i in range(n)}
+    for p, data in files.items():
+        fs.pipe_file(p, data)
+    return files
+
+
+def _blocks(files: dict[str, bytes]) -> int:
+    return sum(-(-len(d) // BLOCK) for d in files.values())
+
+
+def _node(tmp_path: Path, name: str, origin_url: str, shared: CountingS3 | None,
+          files: list[str], prefix: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    """Run one node (a process of its own, a cache dir of its own) over ``files``."""
+    spec = {"origin": origin_url, "cache_dir": str(tmp_path / name), "block_size": BLOCK,
+            "files": files, "timeout": timeout_s,
+            "shared": shared.endpoint_url if shared is not None else None,
+            "shared_url": f"s3://{SHARED}/{prefix}"}
+    r = subprocess.run([sys.executable, str(TESTS / "shared_tier_node.py"), json.dumps(spec)],
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_second_node_reads_nothing_from_the_origin_that_the_first_read(
+        tmp_path: Path, servers: tuple[CountingS3, DelayLine, CountingS3]) -> None:
+    origin, line, shared = servers
+    files = _dataset(origin, "epoch", 8, seed=1)
+    want = {p: _sha(d) for p, d in files.items()}
+    nblocks = _blocks(files)
+
+    before = origin.counts().bucket(ORIGIN)
+    n1 = _node(tmp_path, "node1", line.url, shared, list(files), "epoch")
+    mid = origin.counts().bucket(ORIGIN)
+    n2 = _node(tmp_path, "node2", line.url, shared, list(files), "epoch")
+    after = origin.counts().bucket(ORIGIN)
+
+    assert n1["digests"] == want and n2["digests"] == want
+    first, second = mid.minus(before), after.minus(mid)
+    assert first.get == nblocks  # one GET per block, as counted at the origin
+    assert n1["stats"]["shared_writes"] == nblocks and n1["stats"]["shared_write_drops"] == 0
+    assert second.get == 0  # node 2's epoch: every block from the shared tier
+    assert n2["stats"]["shared_hits"] == nblocks
+    assert n2["stats"]["remote_bytes"] == 0
+    assert n2["stats"]["shared_hit_bytes"] == sum(len(d) for d in files.values())
+    # the shared server saw those reads (and nothing was written back)
+    assert shared.counts().bucket(SHARED).get >= nblocks
+    assert n2["stats"]["shared_writes"] == 0
+
+
+def _block_path(origin_url: str, path: str, idx: int) -> str:
+    """The shared tier object of block ``idx`` of ``path`` under the tier's ``damage``
+    prefix, for the origin's current version, keyed as a node keys it."""
+    target = _s3(origin_url)
+    meta = file_meta(scheme_for(target), path, target.info(path, refresh=True))
+    d = BlockKey(meta.path, meta.version, idx).digest(BLOCK)
+    return f"{SHARED}/damage/{d[:2]}/{d}.blk"
+
+
+def test_garbage_and_foreign_version_blocks_are_misses(
+        tmp_path: Path, servers: tuple[CountingS3, DelayLine, CountingS3]) -> None:
+    origin, line, shared = servers
+    files = _dataset(origin, "damage", 4, seed=2)
+    paths = sorted(files)
+    n1 = _node(tmp_path, "node1", line.url, shared, paths, "damage")
+    assert n1["stats"]["shared_writes"] == _blocks(files)
+    sfs = _s3(shared.endpoint_url)
+    ofs = _s3(origin.endpoint_url)
+
+    # garbage over block 0 of the first file
+    garbage_at = _block_path(line.url, paths[0], 0)
+    assert sfs.exists(garbage_at)
+    sfs.pipe_file(garbage_at, random.Random(3).randbytes(HEADER_SIZE + 100))
+    # the second file changes at the origin; its new version's block 0 is given the old
+    # version's block file (well-formed, checksum right, but another version's)
+    old_at = _block_path(line.url, paths[1], 0)
+    old_blob = sfs.cat_file(old_at)
+    changed = random.Random(4).randbytes(len(files[paths[1]]))
+    ofs.pipe_file(paths[1], changed)
+    files[paths[1]] = changed
+    new_at = _block_path(line.url, paths[1], 0)
+    assert new_at != old_at
+    sfs.pipe_file(new_at, old_blob)
+
+    before = origin.counts().bucket(ORIGIN)
+    n2 = _node(tmp_path, "node2", line.url, shared, paths, "damage")
+    got = origin.counts().bucket(ORIGIN).minus(before)
+    assert n2["digests"] == {p: _sha(d) for p, d in files.items()}
+    assert n2["stats"]["shared_rejects"] == 2
+    # the changed file's other blocks were never in the tier under its new version
+    other = _blocks({paths[1]: changed}) - 1
+    assert n2["stats"]["shared_misses"] == other
+    assert got.get == 2 + other  # the two rejected blocks and the new version's others
+    assert n2["stats"]["shared_hits"] == _blocks(files) - 2 - other
+
+
+def _fresh_shared() -> CountingS3:
+    s = start_counting_s3()
+    _s3(s.endpoint_url).mkdir(SHARED)
+    return s
+
+
+@pytest.mark.parametrize("fault", ["stopped", "sigstop"])
+def test_reads_complete_from_the_origin_when_the_shared_server_is_down(
+        tmp_path: Path, servers: tuple[CountingS3, DelayLine, CountingS3], fault: str) -> None:
+    origin, line, _shared = servers
+    files = _dataset(origin, f"down-{fault}", 6, seed=5)
+    tier = _fresh_shared()
+    try:
+        _node(tmp_path, "warm", line.url, tier, list(files), f"down-{fault}")  # the tier holds it all
+        if fault == "stopped":
+            tier.stop()
+        else:
+            os.kill(tier.process.pid, signal.SIGSTOP)
+        before = origin.counts().bucket(ORIGIN)
+        n = _node(tmp_path, "node", line.url, tier, list(files), f"down-{fault}", timeout_s=0.5)
+        got = origin.counts().bucket(ORIGIN).minus(before)
+    finally:
+        if fault == "sigstop" and tier.process.poll() is None:
+            os.kill(tier.process.pid, signal.SIGCONT)
+        tier.stop()
+    assert n["digests"] == {p: _sha(d) for p, d in files.items()}
+    s = n["stats"]
+    assert s["shared_hits"] == 0
+    assert got.get == _blocks(files)  # every block from the origin
+    assert s["shared_errors"] >= 1  # the calls that were tried failed or timed out
+    # after the breaker opened, later blocks did not even try the tier
+    assert s["shared_errors"] + s["shared_skipped"] >= _blocks(files)
