@@ -190,6 +190,12 @@ def test_second_engine_reads_the_first_ones_blocks_from_the_tier(tmp_path: Path)
     total = sum(len(d) for d in files.values())
     assert fetched[0] == (total, 0)  # node 1: all from the origin, all written to the tier
     assert fetched[1] == (0, total)  # node 2: nothing from the origin
+    # the Prometheus page names them (and the write queue's depth, a gauge)
+    text = e.metrics.text().decode()
+    nblocks = sum(-(-len(d) // (4 << 20)) for d in files.values())
+    assert f"aicache_shared_hits_total {float(nblocks)}" in text
+    assert f"aicache_shared_hit_bytes_total {float(total)}" in text
+    assert "aicache_shared_write_queue 0.0" in text
 
 
 # -- nodes as processes, two S3 servers ---------------------------------------------------------
@@ -350,3 +356,70 @@ def test_reads_complete_from_the_origin_when_the_shared_server_is_down(
     assert s["shared_errors"] >= 1  # the calls that were tried failed or timed out
     # after the breaker opened, later blocks did not even try the tier
     assert s["shared_errors"] + s["shared_skipped"] >= _blocks(files)
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aicache.cli.main", *args], capture_output=True,
+                          text=True, timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL)
+
+
+def test_warmup_fills_the_shared_tier_once_for_every_node(
+        tmp_path: Path, servers: tuple[CountingS3, DelayLine, CountingS3]) -> None:
+    origin, line, shared = servers
+    files = _dataset(origin, "warm", 5, seed=6)
+    nblocks = _blocks(files)
+    r = _cli("warmup", f"s3://{ORIGIN}/warm", "--endpoint-url", line.url,
+             "--cache-dir", str(tmp_path / "warmer"), "--block-size", str(BLOCK),
+             "--shared-cache", f"s3://{SHARED}/warm",
+             "--shared-cache-endpoint-url", shared.endpoint_url, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["shared_blocks_written"] == nblocks and out["shared_blocks_dropped"] == 0
+    # a second warmup of the same cache dir: every block is local, the tier has them all
+    r = _cli("warmup", f"s3://{ORIGIN}/warm", "--endpoint-url", line.url,
+             "--cache-dir", str(tmp_path / "warmer"), "--block-size", str(BLOCK),
+             "--shared-cache", f"s3://{SHARED}/warm",
+             "--shared-cache-endpoint-url", shared.endpoint_url, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["shared_blocks_written"] == 0
+    before = origin.counts().bucket(ORIGIN)
+    n = _node(tmp_path, "node", line.url, shared, sorted(files), "warm")
+    assert origin.counts().bucket(ORIGIN).minus(before).get == 0
+    assert n["digests"] == {p: _sha(d) for p, d in files.items()}
+    assert n["stats"]["shared_hits"] == nblocks
+
+
+def test_a_warmed_cache_dir_fills_a_tier_that_lacks_its_blocks(
+        tmp_path: Path, servers: tuple[CountingS3, DelayLine, CountingS3]) -> None:
+    """Blocks this cache holds and the tier lacks are written from the local cache (no
+    origin GET)."""
+    origin, line, shared = servers
+    files = _dataset(origin, "late", 3, seed=8)
+    common = ["--endpoint-url", line.url, "--cache-dir", str(tmp_path / "c"),
+              "--block-size", str(BLOCK), "--json"]
+    assert _cli("warmup", f"s3://{ORIGIN}/late", *common).returncode == 0  # local only
+    before = origin.counts().bucket(ORIGIN)
+    r = _cli("warmup", f"s3://{ORIGIN}/late", *common, "--shared-cache", f"s3://{SHARED}/late",
+             "--shared-cache-option", f"endpoint_url={shared.endpoint_url}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["shared_blocks_written"] == _blocks(files)
+    assert origin.counts().bucket(ORIGIN).minus(before).get == 0
+
+
+@pytest.mark.parametrize("flags, gist", [
+    (["--shared-cache", "nosuchproto://x/y"], ["--shared-cache", "nosuchproto"]),
+    (["--shared-cache-endpoint-url", "http://127.0.0.1:1"], ["--shared-cache URL"]),
+    (["--shared-cache", "s3://b/p", "--shared-cache-option", "novalue"],
+     ["--shared-cache-option", "KEY=VALUE"]),
+    (["--shared-cache", "s3://b/p", "--shared-cache-timeout", "-1"], ["--shared-cache-timeout"]),
+    (["--shared-cache", "file:///tmp/x", "--shared-cache-endpoint-url", "http://h:1"],
+     ["--shared-cache-endpoint-url", "s3://"]),
+])
+def test_bad_shared_cache_flags_are_named(tmp_path: Path, flags: list[str], gist: list[str]) -> None:
+    r = _cli("warmup", str(tmp_path), "--cache-dir", str(tmp_path / "c"), *flags)
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, err)
+    assert len(err.splitlines()) == 1, err
+    for g in gist:
+        assert g.lower() in err.lower(), (g, err)
