@@ -50,7 +50,7 @@ import fsspec
 from fsspec.spec import AbstractFileSystem
 
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.store import BlockKey, decode_block, encode_block
+from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.datacache")
@@ -174,6 +174,7 @@ class SharedTier:
         self._writer = threading.Thread(target=self._write_loop, name="aicache-shared-writer",
                                         daemon=True)
         self._writer.start()
+        threading.Thread(target=self._connect, name="aicache-shared-connect", daemon=True).start()
 
     def path_of(self, key: BlockKey) -> str:
         """Where ``key``'s block file lives in the store (the local store's file name)."""
@@ -217,7 +218,10 @@ class SharedTier:
             return None
         path = self.path_of(key)
         try:
-            blob = self._call(lambda: bytes(self.fs.cat_file(path)))
+            # a ranged read of exactly a block file's length: no more bytes than a block
+            # moves, whatever sits at the name
+            blob = self._call(lambda: bytes(self.fs.cat_file(path, start=0,
+                                                             end=HEADER_SIZE + size)))
         except _Skipped:
             m.shared_skipped.inc()
             return None
@@ -284,6 +288,15 @@ class SharedTier:
             self._pending -= 1
             if self._pending == 0:
                 self._pending_cv.notify_all()
+
+    def _connect(self) -> None:
+        """One call at start, on a daemon thread of its own (no slot, no breaker): the
+        store's client (its session, its connections) is then set up before a reader's
+        first miss needs it. Its outcome is ignored; readers' calls judge the store."""
+        try:
+            self.fs.exists(self.path_of(BlockKey(self.root, "", 0)))
+        except Exception:  # noqa: BLE001 - a down store is the readers' calls' to find
+            pass
 
     def _write_loop(self) -> None:
         while True:
