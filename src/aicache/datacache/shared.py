@@ -165,7 +165,8 @@ class SharedTier:
         self.fs = fs
         self.root = (root or "").rstrip("/")
         self.breaker = CircuitBreaker(spec.failures, spec.backoff_s, clock)
-        self._busy = 0  # calls running on ``_calls`` (a hung one included)
+        self._busy = 0  # calls running (a hung one included)
+        self._warned = False
         self._busy_lock = threading.Lock()
         self._queue: queue.Queue[tuple[BlockKey, bytes] | None] = queue.Queue(spec.write_queue)
         self._pending = 0  # blocks queued or being written (what flush waits for)
@@ -230,9 +231,7 @@ class SharedTier:
             m.shared_misses.inc()
             return None
         except Exception as exc:  # noqa: BLE001 - a store client raises anything; the origin answers
-            self.breaker.failure()
-            m.shared_errors.inc()
-            log.debug("shared cache read of %s failed: %s: %s", path, type(exc).__name__, exc)
+            self._failed("read", path, exc)
             return None
         self.breaker.success()
         data = decode_block(key, blob, self.block_size)
@@ -242,6 +241,19 @@ class SharedTier:
         m.shared_hits.inc()
         m.shared_hit_bytes.inc(len(data))
         return data
+
+    def _failed(self, what: str, path: str, exc: Exception) -> None:
+        """A call failed or timed out: counted, told to the breaker; the first time the
+        breaker opens, one warning (a tier that is down or misconfigured is otherwise
+        silent: reads go on from the origin)."""
+        self.breaker.failure()
+        self.metrics.shared_errors.inc()
+        log.debug("shared cache %s of %s failed: %s: %s", what, path, type(exc).__name__, exc)
+        if self.breaker.open and not self._warned:
+            self._warned = True
+            log.warning("aicache: shared cache %s unavailable (%s: %s); reading from the origin, "
+                        "trying it again every %gs", self.spec.url, type(exc).__name__, exc,
+                        self.spec.backoff_s)
 
     def contains(self, key: BlockKey) -> bool | None:
         """Whether the tier has a file at ``key``'s name (not verified); None when it
@@ -253,8 +265,8 @@ class SharedTier:
             found = self._call(lambda: bool(self.fs.exists(path)))
         except _Skipped:
             return None
-        except Exception:  # noqa: BLE001 - timeouts and the client's errors alike
-            self.breaker.failure()
+        except Exception as exc:  # noqa: BLE001 - timeouts and the client's errors alike
+            self._failed("lookup", path, exc)
             return None
         self.breaker.success()
         return found
@@ -329,10 +341,8 @@ class SharedTier:
             m.shared_write_drops.inc()
             return
         except Exception as exc:  # noqa: BLE001 - a failed write is a block not shared
-            self.breaker.failure()
-            m.shared_errors.inc()
             m.shared_write_drops.inc()
-            log.debug("shared cache write of %s failed: %s: %s", path, type(exc).__name__, exc)
+            self._failed("write", path, exc)
             return
         self.breaker.success()
         m.shared_writes.inc()
