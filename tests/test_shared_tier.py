@@ -34,7 +34,7 @@ import fsspec
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from aicache.datacache.engine import CacheEngine, file_meta
+from aicache.datacache.engine import CacheEngine, EngineParams, file_meta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import CircuitBreaker, SharedTier, SharedTierSpec
 from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
@@ -196,6 +196,41 @@ def test_second_engine_reads_the_first_ones_blocks_from_the_tier(tmp_path: Path)
     assert f"aicache_shared_hits_total {float(nblocks)}" in text
     assert f"aicache_shared_hit_bytes_total {float(total)}" in text
     assert "aicache_shared_write_queue 0.0" in text
+
+
+def test_a_shared_hit_is_an_access_the_policy_sees_and_a_block_it_admits(tmp_path: Path) -> None:
+    """Each node's policy still decides what it keeps: a block read from the tier is an
+    access told to the policy (as every read) and offered for local admission, so the next
+    read of it is a local hit that asks the tier nothing."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    rng = random.Random(9)
+    files = {origin / f"f{i}.bin": rng.randbytes(3 * BLOCK + 5) for i in range(3)}
+    for p, data in files.items():
+        p.write_bytes(data)
+    nblocks = 4 * len(files)
+    spec = SharedTierSpec(f"file://{tmp_path / 'tier'}")
+    target = fsspec.filesystem("file")
+    params = EngineParams(block_size=BLOCK)
+    with CacheEngine(target, str(tmp_path / "c1"), 1 << 26, policy="chiron", params=params,
+                     shared=spec) as warm:
+        for p, data in files.items():
+            assert warm.read(str(p)) == data  # fills the tier through node 1
+    seen: list[tuple[str, int]] = []
+    with CacheEngine(target, str(tmp_path / "c2"), 1 << 26, policy="chiron", params=params,
+                     shared=spec, record=lambda now, unit, block, size: seen.append((unit, block))) as e:
+        for p, data in files.items():
+            assert e.read(str(p)) == data
+        e.wait_prefetches()
+        first = (e.metrics.value("shared_hits"), e.metrics.value("remote_bytes"), len(seen))
+        resident = e.stats()["blocks"]
+        hits = e.metrics.value("hits")  # prefetched blocks a demand read found count as hits
+        for p, data in files.items():
+            assert e.read(str(p)) == data
+        again = (e.metrics.value("shared_hits"), e.metrics.value("hits") - hits, len(seen))
+    assert first == (nblocks, 0, nblocks)  # every block from the tier, every read an access
+    assert resident == nblocks  # the policy admitted them locally
+    assert again == (nblocks, nblocks, 2 * nblocks)  # the second pass: local hits only
 
 
 # -- nodes as processes, two S3 servers ---------------------------------------------------------
