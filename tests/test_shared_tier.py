@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
@@ -39,6 +40,8 @@ from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import CircuitBreaker, SharedTier, SharedTierSpec
 from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
 from aicache.datacache.version import scheme_for
+from aicache.sim.datacache import (MiB, BlockWorkload, CostModel, PhaseSegment, SharedTierCost,
+                                   simulate_datacache)
 from aicache.testing.delayline import DelayLine
 from aicache.testing.s3count import CountingS3, start_counting_s3
 
@@ -458,3 +461,63 @@ def test_bad_shared_cache_flags_are_named(tmp_path: Path, flags: list[str], gist
     assert len(err.splitlines()) == 1, err
     for g in gist:
         assert g.lower() in err.lower(), (g, err)
+
+
+# -- the simulator's model of the tier ----------------------------------------------------------
+def _reference(trace: list[int], size: int, cap_blocks: int, cm: CostModel) -> dict[str, float]:
+    """One loader worker, no compute, LRU without prefetch, the tier as the module doc of
+    :mod:`aicache.sim.datacache` states it: the brute-force reading of that text."""
+    from collections import OrderedDict
+
+    sh = cm.shared
+    tier: set[int] | None = None if sh is None else (set(trace) if sh.warm else set())
+    lru: OrderedDict[int, None] = OrderedDict()
+    t = 0.0
+    remote = shared_hits = hits = 0
+    for b in trace:
+        if b in lru:
+            lru.move_to_end(b)
+            t += cm.hit_ms / 1000
+            hits += 1
+            continue
+        if tier is None:
+            t += cm.miss_ms / 1000 + size / cm.remote_bw
+            remote += size
+        elif b in tier:
+            assert sh is not None
+            t += sh.ms / 1000 + size / sh.bw
+            shared_hits += 1
+        else:
+            assert sh is not None
+            t += sh.ms / 1000 + cm.miss_ms / 1000 + size / cm.remote_bw
+            remote += size
+            tier.add(b)
+        lru[b] = None
+        if len(lru) > cap_blocks:
+            lru.popitem(last=False)
+    return {"jct": t, "remote": remote, "shared_hits": shared_hits, "hits": hits}
+
+
+@pytest.mark.parametrize("shared", [None, SharedTierCost(5.0, 1000.0 * MiB),
+                                    SharedTierCost(5.0, 1000.0 * MiB, warm=True),
+                                    SharedTierCost(0.0, 50.0 * MiB)])
+def test_the_simulator_prices_the_tier_as_its_model_states(shared: SharedTierCost | None) -> None:
+    rng = random.Random(11)
+    trace = [rng.randrange(6) for _ in range(200)]
+    size = MiB
+    n = len(trace)
+    wl = BlockWorkload(
+        name="t", obj_id=np.array(trace, np.int64), obj_size=np.full(n, size, np.int64),
+        unit=np.zeros(n, np.int64), units=["u"], phase=np.full(n, -1, np.int8),
+        segments=[PhaseSegment("p", "unknown", 0, n, 0.0)],
+        block_size_of={b: size for b in range(6)}, block_unit_of={b: 0 for b in range(6)},
+        workers=1, dataset_bytes=6 * size)
+    cm = CostModel(shared=shared)
+    res = simulate_datacache(wl, "lru+none", 3 * size, cost=cm)
+    ref = _reference(trace, size, 3, cm)
+    assert res.jct_seconds == pytest.approx(ref["jct"], rel=1e-12)
+    assert res.remote_bytes == ref["remote"]
+    assert res.hits == ref["hits"]
+    assert res.extra.get("shared_hits", 0) == ref["shared_hits"]
+    if shared is not None:
+        assert res.extra["shared_bytes"] == ref["shared_hits"] * size
