@@ -199,6 +199,12 @@ def test_second_engine_reads_the_first_ones_blocks_from_the_tier(tmp_path: Path)
     assert f"aicache_shared_hits_total {float(nblocks)}" in text
     assert f"aicache_shared_hit_bytes_total {float(total)}" in text
     assert "aicache_shared_write_queue 0.0" in text
+    # and `aicache cache stats --json` sums them from the counters the engine persisted
+    r = _cli("cache", "stats", "--cache-dir", str(tmp_path / "cache2"), "--json")
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["shared_hits"] == stats["origin_requests_saved"] == nblocks
+    assert stats["shared_hit_bytes"] == total and stats["remote_bytes"] == 0
 
 
 def test_a_shared_hit_is_an_access_the_policy_sees_and_a_block_it_admits(tmp_path: Path) -> None:
