@@ -103,8 +103,8 @@ class SharedTierSpec:
         try:
             fs, root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **opts)
         except (ValueError, ImportError, TypeError) as exc:
-            raise BadInput(f"--shared-cache {self.url!r}: {exc}; give e.g. s3://bucket/prefix "
-                           "or file:///mnt/shared/aicache") from None
+            raise BadInput(f"--shared-cache/shared_cache= {self.url!r}: {exc}; give e.g. "
+                           "s3://bucket/prefix or file:///mnt/shared/aicache") from None
         return fs, root.rstrip("/")
 
 

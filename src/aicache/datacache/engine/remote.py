@@ -1,5 +1,6 @@
 """The engine's remote client: bounded retries with backoff, an optional per-request
-timeout, and fetches pinned to a file's version."""
+timeout, and fetches pinned to a file's version — from the shared tier when it holds the
+block (:mod:`aicache.datacache.shared`), else from the origin."""
 
 from __future__ import annotations
 
