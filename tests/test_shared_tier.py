@@ -527,3 +527,25 @@ def test_the_simulator_prices_the_tier_as_its_model_states(shared: SharedTierCos
     assert res.extra.get("shared_hits", 0) == ref["shared_hits"]
     if shared is not None:
         assert res.extra["shared_bytes"] == ref["shared_hits"] * size
+
+
+# -- the benchmark's accounting -----------------------------------------------------------------
+def test_the_benchmark_counts_one_origin_read_per_block_for_the_whole_shared_job() -> None:
+    """``benchmarks/shared_tier.py`` at a tiny size: per-node caches read the dataset from the
+    origin once per node, the shared tier once per job (the first node), warmup once before
+    it (no node at all); every byte checked."""
+    r = subprocess.run([sys.executable, str(TESTS.parent / "benchmarks" / "shared_tier.py"),
+                        "--nodes", "2", "--files", "4", "--mib", "1", "--block-size", "256KiB",
+                        "--latency-ms", "1", "--json"],
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = {row["system"]: row for row in json.loads(r.stdout)["summary"]}
+    once = rows["shared"]["origin_gets"]
+    assert once >= 4  # at least a block per file
+    assert rows["per-node"]["origin_gets"] == 2 * once
+    assert rows["per-node"]["node_origin_gets"] == [once, once]
+    assert rows["shared"]["node_origin_gets"] == [once, 0]
+    assert rows["shared"]["shared_hits"] == once
+    assert rows["shared+warmup"]["origin_gets"] == once  # the warmup's
+    assert rows["shared+warmup"]["node_origin_gets"] == [0, 0]
+    assert all(row["bytes_ok"] for row in rows.values())
