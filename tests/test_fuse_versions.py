@@ -6,7 +6,7 @@ all of A's version (or ESTALE) — never B's pages, which the kernel keeps per i
 per open file. Both drivers; the default mount and ``--kernel-cache``; and the same again
 with handle C opened after A and B are closed, which must see only the new version. Under
 load (readers reopening while the file is replaced) only the default is tested: with
-``--kernel-cache`` one open in a few runs on loaded cores still read two versions (README).
+``--kernel-cache`` one open in a few runs on loaded cores still read two versions (docs/datacache.md).
 Also: file names that are not UTF-8 are listed and read through the mount.
 """
 

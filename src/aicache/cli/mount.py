@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kernel-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="keep file pages in the kernel across opens, as JuiceFS does: a re-read of an "
                         "unchanged file is served by the kernel, unseen by the policy (default: off; "
-                        "under load an open may still see another version's pages, see the README)")
+                        "under load an open may still see another version's pages, see docs/datacache.md)")
     p.add_argument("--direct-io", action="store_true",
                    help="bypass the kernel page cache on every open (fastest for large sequential "
                         "reads; no mmap, no kernel readahead for small reads). Without it, a "
