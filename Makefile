@@ -21,7 +21,8 @@ test: setup
 test-pure: setup
 	AICACHE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_policies_vs_libcachesim.py \
 		tests/test_policy_contract.py tests/test_native.py tests/test_sim_mrc.py \
-		tests/test_saecache_policy.py tests/test_saecache_seed.py tests/test_slotcore.py
+		tests/test_saecache_policy.py tests/test_saecache_seed.py tests/test_slotcore.py \
+		tests/test_text_traces_vs_libcachesim.py
 
 bench: setup
 	for b in benchmarks/*.py; do .venv/bin/python $$b || exit 1; done

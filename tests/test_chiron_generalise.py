@@ -86,6 +86,71 @@ def test_a_refusing_unit_takes_the_place_of_consumed_blocks() -> None:
     assert not seed.admit("frames/x", 102, 1, 4, 1.0)  # the seed's random executor refuses
 
 
+def test_a_refusing_unit_takes_the_place_of_a_unit_idle_since_it_took_over() -> None:
+    """A finished phase's blocks are room for a random unit whose executor took over after
+    that phase's last read; a unit read since then keeps its blocks; the seed refuses."""
+    for executors, idle, admitted in (("ours", True, True), ("ours", False, False),
+                                      ("seed", True, False)):
+        sys_ = ChironSystem(4, params=ChironParams(executors=executors))
+        sys_.use_metadata({}.get)
+        for b in (0, 1):  # the old phase, under the default executor
+            sys_.on_access("old/f", b, 1, False, 0.0)
+            assert sys_.admit("old/f", b, 1, sys_.used, 0.0)
+            sys_.on_insert("old/f", b, 1, 0.0, False)
+        u = sys_._unit("frames/x", 1.0)
+        sys_._switch(u, "random", 1.0)
+        for b in (100, 101):
+            sys_.on_access("frames/x", b, 1, False, 1.5)
+            assert sys_.admit("frames/x", b, 1, sys_.used, 1.5)
+            sys_.on_insert("frames/x", b, 1, 1.5, False)
+        if not idle:
+            sys_.on_access("old/f", 0, 1, True, 1.8)  # the old phase goes on
+        assert sys_.admit("frames/x", 102, 1, 4, 2.0) is admitted, (executors, idle)
+        if admitted:
+            assert sys_.victim(2.0) in (0, 1)  # the room is the idle unit's
+
+
+def _files(n: int, blocks: int) -> tuple[dict[str, tuple[int, int]], dict[int, str]]:
+    extents = {f"d/f{i:03d}": (i * blocks, i * blocks + blocks - 1) for i in range(n)}
+    return extents, {b: f for f, (lo, hi) in extents.items() for b in range(lo, hi + 1)}
+
+
+@pytest.mark.parametrize("pattern", ["random", "skewed"])
+def test_a_diagnosed_unit_that_is_not_sequential_prefetches_inside_the_file_it_reads(pattern: str) -> None:
+    """Its neighbour blocks past a file's edge are another file's, no likelier to be read
+    than any other: every prefetch names a block of the file being read."""
+    extents, file_of = _files(100, 3)
+    sys_ = ChironSystem(1000, params=ChironParams())
+    sys_.use_metadata(extents.get, file_of.get)
+    sys_._switch(sys_._unit("d/f000", 0.0), pattern, 0.0)
+    rng = random.Random(3)
+    asked = 0
+    for t in range(2000):
+        # inside files 1..98: every neighbour block belongs to some file
+        b = 3 + (min(int(rng.paretovariate(1.2)) - 1, 293) if pattern == "skewed" else rng.randrange(294))
+        out = sys_.on_access(file_of[b], b, 1, False, t * 0.01)
+        assert all(file_of.get(x) == file_of[b] for x in out), (b, list(out))
+        asked += len(out)
+        if sys_.admit(file_of[b], b, 1, sys_.used, t * 0.01):
+            sys_.on_insert(file_of[b], b, 1, t * 0.01, False)
+    assert asked > 0  # it does prefetch, inside the file
+
+
+def test_a_sequential_unit_reads_ahead_into_the_next_file() -> None:
+    extents, file_of = _files(20, 3)
+    sys_ = ChironSystem(1000, params=ChironParams())
+    sys_.use_metadata(extents.get, file_of.get)
+    sys_._switch(sys_._unit("d/f000", 0.0), "sequential", 0.0)
+    crossed = False
+    for b in range(60):
+        out = sys_.on_access(file_of[b], b, 1, b in sys_.sizes, b * 0.01)
+        crossed |= any(file_of.get(x) not in (None, file_of[b]) for x in out)
+        for x in (b, *out):
+            if x not in sys_.sizes and sys_.admit(file_of.get(x, "d/f000"), x, 1, sys_.used, b * 0.01):
+                sys_.on_insert(file_of.get(x, "d/f000"), x, 1, b * 0.01, x != b)
+    assert crossed
+
+
 def test_consumed_is_room_needs_consumed_blocks() -> None:
     """With no unit under eager eviction holding a read block, the refusal stands."""
     sys_ = ChironSystem(2, params=ChironParams())

@@ -62,18 +62,34 @@ def read_all(path: Path) -> bytes:
 
 def test_the_inode_table_follows_kernel_lookups_and_forgets() -> None:
     s = lowlevel.LowLevelSession(None, "/nowhere")
-    a = s._remember("/a")
-    assert s._remember("/a") == a and s._remember("/b") != a
+    a = s._remember("/a", None)
+    assert s._remember("/a", None) == a and s._remember("/b", None) != a
     s._forget(a, 1)
     assert s._path(a) == "/a"  # one lookup reference left
     s._forget(a, 1)
     with pytest.raises(lowlevel._Reply) as r:
         s._path(a)
     assert r.value.code == errno.ESTALE
-    assert s._remember("/a") != a  # a new inode after the kernel forgot the old one
+    assert s._remember("/a", None) != a  # a new inode after the kernel forgot the old one
     s._forget(1, 10)
     assert s._path(1) == "/"  # the root is never forgotten
     assert s.known_inodes() == 3
+
+
+def test_each_version_of_a_file_is_its_own_inode() -> None:
+    """A replaced file gets a new inode; the old one keeps its version's attributes for the
+    handles that read it, and forgetting it leaves the new one the path's."""
+    s = lowlevel.LowLevelSession(None, "/nowhere")
+    v1 = ("etag-1", {"st_size": 10})
+    v2 = ("etag-2", {"st_size": 20})
+    a = s._remember("/f", v1)
+    assert s._remember("/f", v1) == a  # same version: same inode, one more reference
+    b = s._remember("/f", v2)
+    assert b != a and s._path(a) == s._path(b) == "/f"
+    assert s._versions[a] == v1 and s._versions[b] == v2
+    s._forget(a, 2)  # the kernel drops the old version's inode
+    assert s._remember("/f", v2) == b  # the path still names the newest version
+    assert a not in s._versions
 
 
 _SWITCHED_MOUNT = """
@@ -160,11 +176,12 @@ def test_a_read_waiting_on_the_remote_does_not_hold_up_cached_reads(tmp_path: Pa
 
 @pytest.mark.parametrize("flag", [None, "--kernel-cache", "--no-kernel-cache"])
 def test_kernel_cache_keeps_pages_across_opens(tmp_path: Path, flag: str | None) -> None:
-    """``--kernel-cache`` answers ``keep_cache`` on open: a re-read of a file is served by
-    the kernel's page cache and never reaches the engine; by default (and with
-    ``--no-kernel-cache``) each open drops the pages and the re-read is served (and counted)
+    """By default (and with ``--kernel-cache``) an open answers ``keep_cache``: a re-read of
+    an unchanged file is served by the kernel's page cache and never reaches the engine
+    (each version is its own inode, so the pages kept are the reader's version); with
+    ``--no-kernel-cache`` each open drops the pages and the re-read is served (and counted)
     by the engine."""
-    kernel_cache = flag == "--kernel-cache"
+    kernel_cache = flag != "--no-kernel-cache"
     data = os.urandom(2 * MiB + 5)
     port = free_port()
     extra = ["--block-size", "1MiB", "--policy", "lru", "--metrics-port", str(port)]

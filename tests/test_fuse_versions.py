@@ -3,10 +3,11 @@
 Handle A reads the first 64 KiB of a file; the file is replaced; once the metadata TTL
 has passed, handle B opens it and reads the new version whole. A's later reads must be
 all of A's version (or ESTALE) — never B's pages, which the kernel keeps per inode, not
-per open file. Both drivers; the default mount and ``--kernel-cache``; and the same again
-with handle C opened after A and B are closed, which must see only the new version. Under
-load (readers reopening while the file is replaced) only the default is tested: with
-``--kernel-cache`` one open in a few runs on loaded cores still read two versions (docs/datacache.md).
+per open file. Both drivers, each with its page-cache modes (the low-level driver keeps
+pages across opens by default: each version is its own inode; the high-level one cannot
+keep versions apart in the page cache and refuses ``--kernel-cache``); and the same again
+with handle C opened after A and B are closed, which must see only the new version. The
+same modes again under load (readers reopening while the file is replaced).
 Also: file names that are not UTF-8 are listed and read through the mount.
 """
 
@@ -25,6 +26,11 @@ from s3fixtures import start_mount, stop_mount
 pytestmark = pytest.mark.skipif(bool(fuse_available()), reason="no FUSE here")
 
 APIS = ["highlevel"] + (["lowlevel"] if lowlevel_abi.supported() else [])
+#: (driver, page-cache flags) as a user can mount them
+CASES = [("highlevel", ()), ("highlevel", ("--direct-io",))] + (
+    [("lowlevel", ()), ("lowlevel", ("--kernel-cache",)), ("lowlevel", ("--no-kernel-cache",)),
+     ("lowlevel", ("--direct-io",))] if lowlevel_abi.supported() else [])
+CASE_IDS = [f"{api}-{''.join(m).lstrip('-') or 'default'}" for api, m in CASES]
 SIZE = 4 << 20
 HEAD = 64 << 10
 TTL_S = 0.2
@@ -54,9 +60,7 @@ def _read_rest(f, pos: int) -> list[bytes | int]:
     return out
 
 
-@pytest.mark.parametrize("api", APIS)
-@pytest.mark.parametrize("mode", [(), ("--kernel-cache",), ("--direct-io",)],
-                         ids=["default", "kernel-cache", "direct-io"])
+@pytest.mark.parametrize(("api", "mode"), CASES, ids=CASE_IDS)
 def test_an_open_handle_never_reads_the_version_another_handle_opened(tmp_path: Path, api: str,
                                                                       mode: tuple[str, ...]) -> None:
     src = tmp_path / "src"
@@ -127,8 +131,8 @@ def test_non_utf8_names_are_listed_and_read_through_the_mount(tmp_path: Path, ap
         assert stop_mount(proc, str(mnt)) == 0
 
 
-@pytest.mark.parametrize("api", APIS)
-@pytest.mark.parametrize("mode", [()], ids=["default"])
+@pytest.mark.parametrize(("api", "mode"), [c for c in CASES if "--direct-io" not in c[1]],
+                         ids=[i for c, i in zip(CASES, CASE_IDS) if "--direct-io" not in c[1]])
 def test_under_load_every_open_reads_one_version(tmp_path: Path, api: str,
                                                  mode: tuple[str, ...]) -> None:
     """Readers keep opening and reading the file while it is replaced again and again:
@@ -188,3 +192,59 @@ def test_under_load_every_open_reads_one_version(tmp_path: Path, api: str,
     assert not any(t.is_alive() for t in threads)
     assert reads and not mixed, f"{len(mixed)} of the opens mixed versions: {mixed[:5]}"
     assert set(errors) <= {errno.ESTALE}, set(errors)
+
+
+def test_the_high_level_driver_refuses_the_kernel_cache(tmp_path: Path) -> None:
+    """It names inodes by path, so two versions would share one inode's pages: exit 2."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([sys.executable, "-m", "aicache.cli.main", "mount", str(src), str(mnt),
+                        "--cache-dir", str(tmp_path / "cache"), "--cache-size", "64MiB",
+                        "--fuse-api", "highlevel", "--kernel-cache", "--foreground"],
+                       capture_output=True, text=True, timeout=HANG_S)
+    assert r.returncode == 2, r.stderr
+    assert "--kernel-cache" in r.stderr and "low-level" in r.stderr
+    assert not os.path.ismount(mnt)
+
+
+@pytest.mark.skipif(not lowlevel_abi.supported(), reason="the low-level driver needs libfuse 3 < 3.17")
+def test_a_replaced_file_is_a_new_inode_and_the_old_keeps_its_attributes(tmp_path: Path) -> None:
+    """The low-level driver's inode per version: once the mount sees the new object, the
+    path names another inode, of the new size; the handle open on the old one still sees
+    the old size (its version's snapshot) and reads only the old bytes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    f = src / "f.bin"
+    f.write_bytes(b"1" * SIZE)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = start_mount(str(src), str(mnt), str(tmp_path / "cache"), "--cache-size", "64MiB",
+                       "--fuse-api", "lowlevel", "--metadata-ttl", str(TTL_S))
+    try:
+        a = os.open(mnt / "f.bin", os.O_RDONLY)
+        try:
+            old = os.fstat(a)
+            assert old.st_size == SIZE and os.pread(a, HEAD, 0) == b"1" * HEAD
+            _replace(f, b"2" * (SIZE // 2))
+            deadline = time.monotonic() + HANG_S
+            while os.stat(mnt / "f.bin").st_ino == old.st_ino and time.monotonic() < deadline:
+                time.sleep(TTL_S / 4)
+            new = os.stat(mnt / "f.bin")
+            assert new.st_ino != old.st_ino and new.st_size == SIZE // 2
+            assert (mnt / "f.bin").read_bytes() == b"2" * (SIZE // 2)
+            assert os.fstat(a).st_size == SIZE  # the old inode's attributes are its version's
+            try:
+                rest = os.pread(a, SIZE, HEAD)
+            except OSError as exc:  # the old version is gone from the remote: ESTALE, no bytes
+                assert exc.errno == errno.ESTALE
+            else:
+                assert set(rest) <= {ord("1")}
+        finally:
+            os.close(a)
+    finally:
+        assert stop_mount(proc, str(mnt)) == 0

@@ -252,7 +252,7 @@ class _Unit:
                  "shape", "round_start", "round_hits", "round_reads", "round_small", "round_reuse",
                  "counts", "last_access", "last_block", "reads", "streak", "streak_start",
                  "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads",
-                 "left_pattern", "switch_reads", "flaps", "index", "credit")
+                 "left_pattern", "switch_reads", "flaps", "index", "credit", "since")
 
     def __init__(self, name: str, executor: Executor, window: int, scheduler: ReviewScheduler,
                  reflector: FeedbackReflector,
@@ -287,6 +287,8 @@ class _Unit:
         self.index = 0  # creation order: units due together are handled in this order
         #: the bound on this unit's prefetches (None: unbounded); a new one per executor
         self.credit: PrefetchCredit | None = None
+        #: when the unit's current executor took over (its creation, or its last switch)
+        self.since = now
 
 
 def _resolve_advisor(advisor: Advisor | str, seed: int) -> Advisor:
@@ -428,11 +430,17 @@ class ChironSystem(DataCacheSystem):
         if not out:
             return out
         file_of = self._file_of
-        if file_of is not None:  # a unit reads ahead inside itself: past the last file of a
-            # dataset folder come another folder's files, which its pattern says nothing about
-            units_of = self.units_of
-            name = u.name
-            out = [b for b in out if (f := file_of(b)) is None or units_of(f) == name]
+        if file_of is not None:
+            if u.pattern is None or u.pattern == "sequential":  # reads ahead inside its
+                # unit: past the last file of a dataset folder come another folder's files,
+                # which its pattern says nothing about (undiagnosed: the credit bounds it)
+                units_of = self.units_of
+                name = u.name
+                out = [b for b in out if (f := file_of(b)) is None or units_of(f) == name]
+            else:  # diagnosed random or skewed: the file after this one in block order is
+                # no likelier to be read than any other (files read whole in shuffled
+                # order, a hot set), so prefetch stays inside the file being read
+                out = [b for b in out if (f := file_of(b)) is None or f == unit]
         return cr.grant(out, self.sizes)
 
     def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
@@ -467,12 +475,21 @@ class ChironSystem(DataCacheSystem):
         that yields to faster-than-epoch re-reads, ``admits_frequent``); a unit that refuses
         when full (``rejects_when_full``) still takes it in the place of another unit's
         *consumed* blocks when its executor counts them as room (``consumed_is_room``):
-        ``victim`` evicts those first anyway, so they are the space a finished pass leaves."""
+        ``victim`` evicts those first anyway, so they are the space a finished pass leaves;
+        likewise in the place of a unit not read since its executor took over."""
         u = self._unit(unit, now)
         ex = u.executor
-        if ex.rejects and ex.consumed_is_room and used + size > self.capacity and any(
-                o.executor.eager_candidate() for o in self.units.values()):
-            return True
+        if ex.rejects and ex.consumed_is_room and used + size > self.capacity:
+            if any(o.executor.eager_candidate() for o in self.units.values()):
+                return True
+            # a refusal keeps the unit's own resident subset from thrashing; it is not a
+            # reason to keep a unit that has not been read since this executor took over
+            # (a finished phase): ``victim`` takes the least recently read non-refusing
+            # unit's blocks first, so the new block goes in their place
+            since = u.since
+            if any(o.last_access < since and not o.executor.rejects and len(o.executor.eviction)
+                   for o in self.units.values()):
+                return True
         return ex.admit(size, used, block, u.counts if self._track_counts else None)
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
@@ -710,6 +727,7 @@ class ChironSystem(DataCacheSystem):
         # the old policy's keys are block ids, typed Hashable by the policy interface
         new.adopt_many(list(old.eviction.keys()), self.sizes, now, self.unread)  # type: ignore[arg-type]  # see above
         u.executor = new
+        u.since = now
         if u.credit is not None:  # a new pattern's prefetcher starts with a whole budget
             u.credit = PrefetchCredit()
         u.left_pattern = u.pattern

@@ -79,8 +79,9 @@ class Executor:
     #: (see :meth:`on_access`)
     fills_free_space: ClassVar[bool] = True
     #: with ``rejects_when_full``: another unit's consumed sequential blocks (eager
-    #: candidates, which the controller evicts first) count as room, so a new block is
-    #: admitted in their place (the controller asks, see ``ChironSystem.admit``)
+    #: candidates, which the controller evicts first), and the blocks of a unit not read
+    #: since this executor took over, count as room, so a new block is admitted in their
+    #: place (the controller asks, see ``ChironSystem.admit``)
     consumed_is_room: ClassVar[bool] = True
     #: with ``rejects_when_full``: a block read at least :data:`EPOCH_COUNT_SPREAD` + 1
     #: more times within the unit's window than the block it would replace is admitted

@@ -34,8 +34,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true", help="stay in the foreground")
     p.add_argument("--kernel-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="keep file pages in the kernel across opens, as JuiceFS does: a re-read of an "
-                        "unchanged file is served by the kernel, unseen by the policy (default: off; "
-                        "under load an open may still see another version's pages, see docs/datacache.md)")
+                        "unchanged file is served by the kernel, unseen by the policy (default: on with "
+                        "the low-level driver, where each version of a file is its own inode; the "
+                        "high-level driver cannot keep versions apart and refuses it)")
     p.add_argument("--direct-io", action="store_true",
                    help="bypass the kernel page cache on every open (fastest for large sequential "
                         "reads; no mmap, no kernel readahead for small reads). Without it, a "
@@ -342,19 +343,26 @@ def run(args: argparse.Namespace) -> int:
     if args.direct_io and args.kernel_cache:
         raise BadInput("--direct-io and --kernel-cache exclude each other (one bypasses the kernel's "
                        "page cache, the other keeps pages in it); pick one")
-    if args.kernel_cache is None:  # off: under load it has mixed versions in one open
-        args.kernel_cache = False
     if args.readahead_kb is not None and args.readahead_kb < 0:
         raise BadInput(f"--readahead-kb {args.readahead_kb} is negative; give 0 (kernel default) or a size in KiB")
     why = fuse_available()
     if why:
         raise BadInput(why)
-    if args.fuse_api == "lowlevel":
-        from aicache.datacache.fuse import lowlevel_abi
+    from aicache.datacache.fuse import lowlevel_abi
 
-        if not lowlevel_abi.supported():
-            raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
-                           f"{lowlevel_abi.libfuse_version()}); use --fuse-api highlevel or auto")
+    if args.fuse_api == "lowlevel" and not lowlevel_abi.supported():
+        raise BadInput("--fuse-api lowlevel needs libfuse 3 before 3.17 (this is "
+                       f"{lowlevel_abi.libfuse_version()}); use --fuse-api highlevel or auto")
+    lowlevel = args.fuse_api == "lowlevel" or (args.fuse_api == "auto" and lowlevel_abi.supported())
+    if args.kernel_cache and not lowlevel:
+        # the high-level API names inodes by path: two versions of a file would share one
+        # inode's pages, and an open could read both
+        raise BadInput("--kernel-cache needs the low-level FUSE driver (libfuse 3 before 3.17; "
+                       f"this mount uses the high-level one on {lowlevel_abi.libfuse_version()}); "
+                       "drop --kernel-cache")
+    if args.kernel_cache is None:  # keeps versions apart only with an inode per version;
+        # a recording mount sees every read (a re-read the kernel served would be missing)
+        args.kernel_cache = lowlevel and not args.direct_io and not args.record
     options = remote_options_of(args)
     fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
     log_file = args.log_file or (None if args.foreground else

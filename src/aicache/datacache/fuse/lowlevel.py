@@ -14,6 +14,15 @@ reply is sent *inside* ``fuse_reply_data``, so the block files' descriptors hand
 for splicing are closed right after it returns (no ledger, as the high-level ``read_buf``
 needs).
 
+Every *version* of a file is its own inode (as Mountpoint does): a lookup names the
+inode of the version an open would read now, and a path whose remote object was replaced
+gets a new inode while the old one lives on for the handles that read it. The kernel's
+page cache is per inode, so the pages of one inode are always of one version, whichever
+open filled them, and an open may keep them (``keep_cache``) with no risk of mixing
+versions. An open of an inode whose version is gone is refused with ESTALE; the kernel
+then looks the path up again (``LOOKUP_REVAL``) and opens the new version's inode. An old
+inode's attributes are those of its version (a snapshot), never the new object's size.
+
 The file system itself (attributes, listings, the open handles and their block pieces)
 is :class:`.ops.CacheFuse`, shared with the high-level driver; this module only
 translates inode requests to its path calls, over the C interface of :mod:`.lowlevel_abi`.
@@ -84,7 +93,10 @@ class LowLevelSession:
         self._lib = lib()
         self._lock = threading.Lock()
         self._paths: dict[int, str] = {1: "/"}
+        #: path -> the inode of its newest version seen (older ones stay in ``_paths``)
         self._inos: dict[str, int] = {"/": 1}
+        #: inode of a file -> (its version, its attributes then); directories have none
+        self._versions: dict[int, tuple[str, dict[str, Any]]] = {}
         self._lookups: dict[int, int] = {}
         self._next_ino = 2
         self._dirs: dict[int, list[tuple[bytes, int]] | None] = {}
@@ -104,15 +116,22 @@ class LowLevelSession:
             raise _Reply(errno.ESTALE)
         return p
 
-    def _remember(self, path: str) -> int:
-        """The inode of ``path`` with one more kernel lookup reference."""
+    def _remember(self, path: str, version: tuple[str, dict[str, Any]] | None) -> int:
+        """The inode of ``path`` at ``version`` (None: a directory) with one more kernel
+        lookup reference: a new inode when the path's newest one is of another version."""
         with self._lock:
             ino = self._inos.get(path)
+            if ino is not None and version is not None:
+                known = self._versions.get(ino)
+                if known is None or known[0] != version[0]:
+                    ino = None  # replaced: the old inode keeps serving its own handles
             if ino is None:
                 ino = self._next_ino
                 self._next_ino += 1
                 self._inos[path] = ino
                 self._paths[ino] = path
+                if version is not None:
+                    self._versions[ino] = version
             self._lookups[ino] = self._lookups.get(ino, 0) + 1
         return ino
 
@@ -123,9 +142,10 @@ class LowLevelSession:
                 self._lookups[ino] = max(left, 0)
                 return
             self._lookups.pop(ino, None)
+            self._versions.pop(ino, None)
             path = self._paths.pop(ino, None)
-            if path is not None:
-                self._inos.pop(path, None)
+            if path is not None and self._inos.get(path) == ino:
+                del self._inos[path]
 
     def known_inodes(self) -> int:
         return len(self._paths)
@@ -196,7 +216,12 @@ class LowLevelSession:
 
     def _do_lookup(self, req: int, path: str) -> None:
         attrs = self.ops.getattr(path)
-        ino = self._remember(path)
+        version: tuple[str, dict[str, Any]] | None = None
+        if stat.S_ISREG(attrs["st_mode"]):
+            v, size = self.ops.version_of(path)  # the version an open would read now
+            attrs = dict(attrs, st_size=size, st_blocks=(size + 511) // 512)
+            version = (v, attrs)
+        ino = self._remember(path, version)
         e = entry_type()(ino, 0, self._stat_struct(attrs, ino), self.timeout, self.timeout)
         if self._lib.fuse_reply_entry(req, ctypes.byref(e)) == -errno.ENOENT:
             self._forget(ino, 1)  # the lookup was interrupted: the kernel holds no reference
@@ -212,6 +237,11 @@ class LowLevelSession:
 
     def _getattr(self, req: int, ino: int, fi: Any) -> None:
         path = self._path(ino)
+        known = self._versions.get(ino)
+        if known is not None:  # one version's attributes never change
+            st = self._stat_struct(known[1], ino)
+            self._lib.fuse_reply_attr(req, ctypes.byref(st), self.timeout)
+            return
         self._serve(req, path == "/" or self.ops.attr_fresh(path), self._do_getattr, path, ino)
 
     def _do_getattr(self, req: int, path: str, ino: int) -> None:
@@ -221,15 +251,21 @@ class LowLevelSession:
     def _open(self, req: int, ino: int, fi: Any) -> None:
         path = self._path(ino)
         flags = fi.contents.flags
-        self._serve(req, self.ops.meta_fresh(path), self._do_open, path, flags)
+        self._serve(req, self.ops.meta_fresh(path), self._do_open, path, flags, ino)
 
-    def _do_open(self, req: int, path: str, flags: int) -> None:
+    def _do_open(self, req: int, path: str, flags: int, ino: int) -> None:
         fh = self.ops.open(path, flags)
+        known = self._versions.get(ino)
+        if known is not None and self.ops.handle_version(fh) != known[0]:
+            # the inode's version is gone: the kernel looks the path up again (LOOKUP_REVAL)
+            self.ops.release(None, fh)
+            raise _Reply(errno.ESTALE)
         fi = FileInfo()
         fi.flags, fi.fh = flags, fh
-        use = self.ops.cache_use(fh)  # one version per handle: see .ops
-        fi.keep_cache = 1 if use.keep_cache else 0
-        fi.direct_io = 1 if use.direct_io else 0
+        # the inode's pages are all of the version this handle reads (see the module
+        # docstring): keep them unless the mount bypasses the page cache
+        fi.keep_cache = 1 if self.kernel_cache and not self.direct_io else 0
+        fi.direct_io = 1 if self.direct_io else 0
         if self._lib.fuse_reply_open(req, ctypes.byref(fi)) == -errno.ENOENT:
             self.ops.release(None, fh)  # interrupted: no release will come for it
 

@@ -39,7 +39,9 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
 
     ``kernel_cache``: let the kernel keep file pages across opens. Re-reads then run at
     page-cache speed, but they no longer reach the engine, so the policy does not see
-    them (and ``record`` does not trace them); off by default.
+    them (and ``record`` does not trace them). Only with the low-level driver, which
+    gives each version of a file its own inode (so pages of two versions never share
+    one); the high-level one names inodes by path and refuses it.
 
     ``direct_io``: every open bypasses the kernel's page cache — a read goes to the daemon
     as requests whose replies the kernel copies straight into the reader's buffer, one copy
@@ -70,6 +72,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     if lowlevel and not supported:
         raise OSError(errno.ENOTSUP, "the low-level FUSE driver needs libfuse 3 before 3.17; "
                                      "use fuse_api='highlevel'")
+    if kernel_cache and not lowlevel:
+        raise ValueError("kernel_cache needs the low-level driver (an inode per version)")
     servers: list[Any] = []
 
     def factory() -> CacheEngine:

@@ -264,6 +264,26 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
             self._use[fh] = use
         return fh
 
+    def version_of(self, path: str) -> tuple[str, int]:
+        """The version and size an :meth:`open` of file ``path`` would read now (the
+        engine's ``stat``, as :meth:`open` asks it; within the metadata TTL no remote call):
+        the low-level driver gives every version its own inode (:mod:`.lowlevel`)."""
+        assert self.engine is not None
+        try:
+            meta = self.engine.stat(self._remote_path(path))
+        except FileNotFoundError as exc:
+            raise FuseOSError(errno.ENOENT) from exc
+        except IsADirectoryError as exc:
+            raise FuseOSError(errno.EISDIR) from exc
+        except OSError as exc:
+            raise FuseOSError(errno.EIO) from exc
+        return meta.version, meta.size
+
+    def handle_version(self, fh: int) -> str | None:
+        """The version open handle ``fh`` reads (None: no such handle)."""
+        h = self._handles.get(fh)
+        return h.meta.version if h is not None else None
+
     def cache_use(self, fh: int) -> PageCacheUse:
         """How the open file ``fh`` (just opened) uses the page cache: the flags of its
         open reply."""
