@@ -262,7 +262,9 @@ def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
-    except (ValueError, ImportError) as exc:
+    except ImportError as exc:  # the store's fsspec package is an extra (s3fs: aicache[s3])
+        raise BadInput(f"REMOTE_URL {url!r}: {exc} (S3: pip install 'aicache[s3]')") from None
+    except ValueError as exc:
         raise BadInput(f"REMOTE_URL {url!r}: {exc}; use e.g. s3://bucket/prefix or /local/dir") from None
     try:
         ok = fs.isdir(root)

@@ -91,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     for url in args.paths:
         try:
             pfs, root = fsspec.core.url_to_fs(url, **options)
-        except (ValueError, ImportError) as exc:
+        except ImportError as exc:  # the store's fsspec package is an extra (s3fs: aicache[s3])
+            raise BadInput(f"PATH {url!r}: {exc} (S3: pip install 'aicache[s3]')") from None
+        except ValueError as exc:
             raise BadInput(f"PATH {url!r}: {exc}; use e.g. s3://bucket/prefix or /local/dir") from None
         if fs is None:
             fs = pfs
