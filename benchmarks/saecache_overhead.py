@@ -4,7 +4,7 @@
         [--repeats 5] [--capacity 10] [--seed 1] [--json] [--profile]
 
 ``--policy`` names the prefix-cache policy set against LRU (any of the prefix registry's:
-``saecache``, ``saecache-reuse``, ``saecache-seed``, …). Both policies replay the same requests (generated once), interleaved LRU, SAECache, LRU,
+``saecache``, the default, ``saecache-priority``, ``saecache-seed``, …). Both policies replay the same requests (generated once), interleaved LRU, SAECache, LRU,
 … ``--repeats`` times; the best (minimum) wall time of each is kept, which is the usual
 way to take timing noise from other processes on a shared machine out of a ratio (the
 ``paired`` column is the median of each round's own SAECache/LRU ratio, steadier when the

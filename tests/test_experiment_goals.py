@@ -28,7 +28,7 @@ def test_gain_row_compares_with_the_best_of_five_and_reports_belady_share() -> N
             vals[(s, c, "belady")] = 0.50
             vals[(s, c, "saecache")] = 0.38 if c == 5 else 0.36
             vals[(s, c, "saecache-seed")] = 0.30
-            vals[(s, c, "saecache-reuse")] = 0.30
+            vals[(s, c, "saecache-priority")] = 0.30
     vals[(5, 50, "saecache-seed")] = 0.294   # 0.6 pt below LRU on one replay only
     mean, cells = _grid(vals)
     goals = {g["goal"]: g for g in issue_goals(mean, cells, ["t"], ["t"], " (held out)", "seed")}
@@ -47,7 +47,7 @@ def test_gain_row_compares_with_the_best_of_five_and_reports_belady_share() -> N
 
 def test_missing_capacities_are_not_evaluated_and_fail_the_range() -> None:
     vals = {(4, c, p): 0.3 for c in (10, 30) for p in (*BASES, "belady", "saecache",
-                                                        "saecache-seed", "saecache-reuse")}
+                                                        "saecache-seed", "saecache-priority")}
     mean, cells = _grid(vals)
     goals = {g["goal"]: g for g in issue_goals(mean, cells, ["t"], ["t"], "", "seed")}
     assert goals["saecache, t, 5%: CHR ≥ best of LRU/LFU/S3-FIFO/SIEVE/LPC + 5 pts"]["met"] is None

@@ -48,9 +48,9 @@ print(json.dumps({"compiled": compiled_modules(),
                   "runs": {p: prefix_replay(p) for p in json.loads(sys.argv[2])}}))
 """
 #: the prefix-cache policies of the compiled KV modules (LRUPrefix, LPC, the eviction
-#: adapter, the three SAECache variants and saecache-reuse)
-PREFIX_POLICIES = ["lru", "lpc", "s3fifo", "saecache", "saecache-seed", "saecache-duel",
-                   "saecache-reuse"]
+#: adapter, the three priority SAECache variants and the default saecache, the reuse variant)
+PREFIX_POLICIES = ["lru", "lpc", "s3fifo", "saecache", "saecache-seed", "saecache-priority",
+                   "saecache-duel"]
 
 
 def prefix_replay(policy: str) -> dict[str, object]:

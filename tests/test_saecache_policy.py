@@ -159,8 +159,8 @@ def test_determinism() -> None:
 
     a, _ = load_requests(workload="mix", sessions=80, seed=9)
     b, _ = load_requests(workload="mix", sessions=80, seed=9)
-    ra = simulate(a, "saecache", "15%", seed=1).to_dict()
-    rb = simulate(b, "saecache", "15%", seed=1).to_dict()
+    ra = simulate(a, "saecache-priority", "15%", seed=1).to_dict()
+    rb = simulate(b, "saecache-priority", "15%", seed=1).to_dict()
     for r in (ra, rb):
         r.pop("wall_seconds"), r.pop("decisions_per_second"), r.pop("cpu_seconds")
     assert ra == rb
@@ -258,7 +258,7 @@ def test_fast_victim_equals_reference_on_generated_and_real_traces(source: str) 
     pol = _Checked(cap)
     res = simulate(reqs, pol, cap)
     assert res.evictions > 200  # the reference was consulted many times
-    assert res.token_hit_ratio == simulate(reqs, "saecache", cap).token_hit_ratio
+    assert res.token_hit_ratio == simulate(reqs, "saecache-priority", cap).token_hit_ratio
 
 
 class _CheckedDuel(SAECacheDuel):
@@ -345,3 +345,18 @@ def test_group_lists_hold_every_resident_block_least_recent_first(cls: type[SAEC
             prev, b = b, b.nxt
         assert g.tail is prev and g.n == len(seqs) and seqs == sorted(seqs)
     assert sorted(map(str, linked)) == sorted(map(str, pol.resident()))
+
+
+@pytest.mark.parametrize("name", ["saecache-priority", "saecache-seed"])
+def test_turns_numbered_from_zero_are_first_requests(name: str) -> None:
+    # the agent generators number a session's turns from 0: the continuation predictor
+    # reads turn 0 as a first request (log1p(turn - 1) was a math domain error there)
+    from aicache.kv.session_predictor import RequestFeatures
+
+    f = dict(input_tokens=100, tool_request=False, template_match=0.0, system_match=False,
+             gap_s=0.0, hit_tokens=0)
+    assert RequestFeatures(turn=0, **f).vector() == RequestFeatures(turn=1, **f).vector()
+    reqs, labels = load_requests(workload="agent", sessions=6, seed=0)
+    assert min(r.turn for r in reqs) == 0
+    res = simulate(reqs, name, "10%", labels=labels)
+    assert res.evictions > 0 and 0.0 <= res.token_hit_ratio <= 1.0

@@ -1,5 +1,6 @@
-"""saecache-reuse: its victim against a brute force that rebuilds the prefix tree from the
-trace itself, leaves only, determinism, and learning that shows in the victim order."""
+"""saecache (the default; ``saecache-reuse`` before, still an alias): its victim against a
+brute force that rebuilds the prefix tree from the trace itself, leaves only, determinism,
+and learning that shows in the victim order."""
 
 from __future__ import annotations
 

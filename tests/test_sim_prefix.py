@@ -184,7 +184,7 @@ def test_inconsistent_block_counts_never_hit_more_than_the_prompt() -> None:
     assert res.token_hit_ratio <= 1.0 and res.ttft_mean_s > 0
 
 
-@pytest.mark.parametrize("name", ["saecache", "saecache-seed", "saecache-duel", "saecache-reuse", "lru", "lfu", "lpc", "s3fifo", "sieve", "belady"])
+@pytest.mark.parametrize("name", ["saecache", "saecache-seed", "saecache-priority", "saecache-duel", "saecache-reuse", "lru", "lfu", "lpc", "s3fifo", "sieve", "belady"])
 def test_every_prefix_policy_keeps_the_cache_contract(name: str) -> None:
     """Every registered policy, on a shifting mix: capacity never exceeded and the policy's
     resident set equals the cache's (both asserted inside ``simulate``), hits never exceed
@@ -207,3 +207,20 @@ def test_belady_beats_lru_on_generated_chat() -> None:
     bel = simulate(reqs, "belady", "10%", labels=labels)
     lru = simulate(reqs, "lru", "10%", labels=labels)
     assert bel.token_hit_ratio > lru.token_hit_ratio
+
+
+def test_default_saecache_is_the_reuse_variant_and_the_seed_is_one_flag_away() -> None:
+    """``saecache`` names the reuse-probability policy (its old name ``saecache-reuse`` gives
+    the same replay); the seed's formula and the engineered seed priority keep their own."""
+    from aicache.kv.prefix_policies import make_prefix_policy
+
+    kinds = {n: type(make_prefix_policy(n, 1000)).__name__
+             for n in ("saecache", "saecache-reuse", "saecache-seed", "saecache-priority")}
+    assert kinds == {"saecache": "SAECacheReuse", "saecache-reuse": "SAECacheReuse",
+                     "saecache-seed": "SAECacheSeed", "saecache-priority": "SAECache"}
+    reqs, labels = load_requests(workload="chat", sessions=30, seed=3)
+    a = simulate(reqs, "saecache", "10%", labels=labels)
+    b = simulate(reqs, "saecache-reuse", "10%", labels=labels)
+    assert a.policy == b.policy == "saecache"
+    assert (a.hit_tokens, a.evictions) == (b.hit_tokens, b.evictions)
+    assert simulate(reqs, "saecache-priority", "10%", labels=labels).policy == "saecache-priority"

@@ -15,8 +15,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "prefix", help="replay a KV trace through a prefix-cache eviction policy",
         description="Token-capacity prefix cache (chained block hashes, longest cached prefix "
-                    "hits) with a prefill TTFT model; policies saecache, lru, lfu, lpc, s3fifo, "
-                    "sieve, belady.")
+                    "hits) with a prefill TTFT model; policies saecache (the default SAECache; "
+                    "saecache-seed, saecache-priority), lru, lfu, lpc, s3fifo, sieve, belady.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="KV trace (mooncake, bailian, kv-jsonl)")
     src.add_argument("--workload", metavar="chat|arena|tool|mix", help="generated workload")

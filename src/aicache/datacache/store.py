@@ -291,6 +291,33 @@ def _hash8(s: str) -> bytes:
     return hashlib.blake2b(_raw(s), digest_size=8).digest()
 
 
+def block_header(ident: bytes, data: bytes | memoryview) -> bytes:
+    """The header of a block file holding ``data`` for the block whose identity is
+    ``ident`` (:meth:`BlockKey.identity`)."""
+    return HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
+                       CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
+
+
+def encode_block(key: BlockKey, data: bytes, block_size: int) -> bytes:
+    """A block file's bytes (header, then payload) exactly as the store writes them: the
+    format any other tier that keeps blocks (the shared tier) writes too."""
+    return block_header(key.identity(block_size), data) + data
+
+
+def decode_block(key: BlockKey, blob: bytes, block_size: int) -> bytes | None:
+    """The payload of ``blob`` when it is a whole, intact block file of ``key`` (magic,
+    format, length, identity and checksum all agree); None for anything else — a torn or
+    truncated copy, garbage, another block's file, another version's, an earlier format."""
+    n = len(blob) - HEADER_SIZE
+    if n < 0 or n > block_size:
+        return None
+    head = blob[:HEADER_SIZE]
+    if BlockStore._fault(head, key.identity(block_size), n) != _OK:
+        return None
+    data = blob[HEADER_SIZE:]
+    return data if BlockStore._valid(head, data) else None
+
+
 @dataclass(slots=True)
 class StoreStats:
     blocks: int
@@ -808,8 +835,7 @@ class BlockStore:
         reserved = True
         try:
             path, ident = self._where(key)
-            header = HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
-                                 CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
+            header = block_header(ident, data)
             self._write_tmp(tmp, header, data)
             with self._locked():
                 self._sql.execute("BEGIN IMMEDIATE")

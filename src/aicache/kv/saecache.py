@@ -1,7 +1,9 @@
-"""SAECache: semantic-adaptive eviction for prefix caches.
+"""SAECache: semantic-adaptive eviction for prefix caches, the seed's priority.
 
-The design, its invariants and where ``saecache`` departs from the published design ("the
-seed", which ``saecache-seed`` computes exactly) are in ``docs/design/saecache.md``.
+Registered as ``saecache-priority`` (the default ``saecache`` is the reuse-probability
+variant, :mod:`aicache.kv.saecache_reuse`). The design, its invariants and where
+``saecache-priority`` departs from the published design ("the seed", which
+``saecache-seed`` computes exactly) are in ``docs/design/saecache.md``.
 
 Four queues (evict-first, structural, chat, agentic) with rule-based routing; within and
 across the last three, the block with the lowest
@@ -340,7 +342,7 @@ class _Group:  # not mypyc-serializable: that skips __init__ on a zero-argument 
 class SAECache(PrefixPolicy):
     """The SAECache prefix-eviction policy (see module docstring)."""
 
-    name = "saecache"
+    name = "saecache-priority"
 
     def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
                  params: SAEParams | None = None, state: SAEState | Mapping[str, Any] | None = None,
@@ -895,7 +897,7 @@ class SAECache(PrefixPolicy):
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SAECacheSeed(SAECache):
-    """The seed's priority exactly (registered as ``saecache-seed``; ``saecache`` is the
+    """The seed's priority exactly (registered as ``saecache-seed``; ``saecache-priority`` is the
     engineered variant above, whose departures are listed in its docstring):
 
         P(b) = α_q · w_τ(b) · p_q(b) / Δt_b

@@ -1,6 +1,7 @@
 """SAECache-Reuse: prefix eviction by a reuse probability learned online per block class.
+Registered as ``saecache``, the default SAECache (``saecache-reuse`` is its old name).
 
-``saecache`` scores a block by ``α·w·S(Δt)/(Δt+δ)``; inside one queue and token type that is
+``saecache-priority`` (:mod:`aicache.kv.saecache`) scores a block by ``α·w·S(Δt)/(Δt+δ)``; inside one queue and token type that is
 LRU's order, and its queues and type weights are set by rules and by reuse averaged over
 whole queues, so what it learns barely shows in the victim order. Here every block has a
 class (what a server knows of it, below), every class a learned probability ``p_c`` that
@@ -50,7 +51,7 @@ a heap of its leaves by last touch, and a victim costs one heap look-up per non-
 class. Deterministic: no random choice.
 
 Hot path (compiled with mypyc, :mod:`aicache.native`; ``benchmarks/saecache_overhead.py
---policy saecache-reuse`` measures it): a class is one object holding its heap, leaf count,
+--policy saecache`` measures it): a class is one object holding its heap, leaf count,
 ``p_c`` and counters (unboxed floats, so counting an outcome allocates nothing); heap
 entries carry the node, so checking a class's top needs no table look-up; a victim scans
 only the classes that have a leaf; the evicted node is its own ghost record. A block that
@@ -171,7 +172,7 @@ class _Class:
 class SAECacheReuse(PrefixPolicy):
     """Class reuse probability first, LRU inside a class, leaves only (module docstring)."""
 
-    name = "saecache-reuse"
+    name = "saecache"
 
     def __init__(self, capacity_tokens: int, *, rng: random.Random | None = None,
                  params: ReuseParams | None = None,

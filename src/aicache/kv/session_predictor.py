@@ -55,7 +55,8 @@ class RequestFeatures:
             1.0 if self.tool_request else 0.0,
             self.template_match,
             1.0 if self.system_match else 0.0,
-            math.log1p(self.turn - 1) / 3.0,
+            # a trace that numbers turns from 0 (the agent generators) has turn 0 first
+            math.log1p(max(0, self.turn - 1)) / 3.0,
             math.log1p(self.gap_s) / 5.0,
             math.log1p(self.hit_tokens) / 10.0,
         ]
