@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from aicache.progress import progress
     from aicache.datacache.budget import recorded_budget
     from aicache.datacache.engine import CacheEngine
-    from aicache.datacache.store import BlockKey
+    from aicache.datacache.store import BlockKey, stored_size
 
     if args.threads < 1:
         raise BadInput(f"--threads {args.threads}: give 1 or more")
@@ -132,10 +132,12 @@ def run(args: argparse.Namespace) -> int:
             for had, new in pool.map(warm, [p for p, _n in files]):
                 cached += had
                 fetched += new
-        capacity = engine.store.capacity
+        capacity, room = engine.store.capacity, engine.store.block_capacity
+    # what the files' blocks take of the budget (each block's stored_size), not their bytes
+    charged = sum((n // B) * stored_size(B) + (stored_size(n % B) if n % B else 0) for _p, n in files)
     out = {"cache_dir": cache_dir, "files": len(files), "bytes": total,
            "blocks": sum(-(-n // B) for _p, n in files), "cached_bytes": cached,
-           "fetched_bytes": fetched, "capacity_bytes": capacity, "fits": total <= capacity,
+           "fetched_bytes": fetched, "capacity_bytes": capacity, "fits": charged <= room,
            "seconds": round(time.monotonic() - t0, 3)}
     if shared_spec is not None:  # the engine's close waited for the tier's writer
         m = engine.metrics

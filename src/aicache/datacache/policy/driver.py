@@ -186,6 +186,10 @@ class SystemDriver(Generic[K]):
             raise ValueError(f"align={align!r} must be >= 1")
         self.align = align
         self.extra = extra
+        #: how much more room the system believes it has than this budget (the store's
+        #: index reserve, :func:`~aicache.datacache.store.block_budget`): added to the
+        #: ``used`` the system is told, so that its "full" is the budget's
+        self._slack = int(getattr(system, "capacity", self.capacity) or self.capacity) - self.capacity
         self.resident: dict[int, int] = {}
         self.keys: dict[int, K] = {}
         self.used = 0
@@ -232,7 +236,8 @@ class SystemDriver(Generic[K]):
         system = self.system
         cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
         cap = self.capacity
-        if cost > cap or not system.admit(unit, bid, size, used, now):
+        # the system counts blocks at their cost, as the budget does
+        if cost > cap or not system.admit(unit, bid, cost, used + self._slack, now):
             return Admission.REJECTED
         while used + cost > cap and res:
             v = system.victim(now)
@@ -248,7 +253,7 @@ class SystemDriver(Generic[K]):
                 system.on_prefetch_wasted(v, now)
             if victims is not None:
                 victims.append(Victim(v, k, wasted))
-        if system.on_insert(unit, bid, size, now, prefetched) is False:
+        if system.on_insert(unit, bid, cost, now, prefetched) is False:
             return Admission.DECLINED
         res[bid] = cost
         self.keys[bid] = key
@@ -293,9 +298,9 @@ class SystemDriver(Generic[K]):
                 hit = source is not Source.REMOTE
                 if not hit:  # the store lost it
                     self.drop(bid)
-            elif source is Source.STORE and self.system.on_insert(unit, bid, size, now,
-                                                                   False) is not False:
-                cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
+            elif source is Source.STORE and self.system.on_insert(
+                    unit, bid, cost := -(-(size + self.overhead) // self.align) * self.align + self.extra,
+                    now, False) is not False:
                 res[bid] = cost
                 self.keys[bid] = key
                 self.used += cost
