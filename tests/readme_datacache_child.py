@@ -60,10 +60,11 @@ def main(spec_path: str) -> None:
         results.append({"cmd": cmd, "rc": r.returncode, "stdout": r.stdout[-2000:],
                         "stderr": r.stderr[-2000:]})
         if cmd.startswith("aicache mount "):  # the mount is up: it serves the remote's bytes
-            served = all(open("/mnt/dataset/" + p.rsplit("/", 1)[1], "rb").read() == d
+            served = (served is not False) and all(open("/mnt/dataset/" + p.rsplit("/", 1)[1], "rb").read() == d
                          for p, d in files.items())
-            with urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=30) as resp:
-                metrics = "aicache_" in resp.read().decode()
+            if "--metrics-port 9100" in cmd:  # the first mount; the shared-tier one has none
+                with urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=30) as resp:
+                    metrics = "aicache_" in resp.read().decode()
     server.stop()
     with open(spec["out"], "w") as f:
         json.dump({"results": results, "served": served, "metrics": metrics}, f)

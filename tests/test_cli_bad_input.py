@@ -257,3 +257,19 @@ def test_an_oracle_general_trace_of_only_size_zero_requests_says_so(tmp_path: Pa
     err = bad(cli("sim", "cache", "--trace", p, "--policy", "lru", "--cache-size", "1"),
               "zero.oracleGeneral", "obj_size 0", "libCacheSim")
     assert "multiple of 24" not in err
+
+
+#: the CLI in a process where s3fs cannot be imported (an install without the s3 extra)
+NO_S3FS = ("import sys; sys.modules['s3fs'] = None; from aicache.cli.main import main; "
+           "sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("argv", [["warmup", "s3://bucket/data"],
+                                  ["mount", "s3://bucket/data", "MNT", "--cache-size", "1GiB",
+                                   "--foreground"]])
+def test_an_s3_url_without_the_s3_extra_names_the_extra(tmp_path: Path, argv: list[str]) -> None:
+    argv = [str(tmp_path / "mnt") if a == "MNT" else a for a in argv]
+    (tmp_path / "mnt").mkdir()
+    r = subprocess.run([sys.executable, "-c", NO_S3FS, *argv, "--cache-dir", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    bad(r, "s3://bucket/data", "s3fs", "pip install 'aicache[s3]'")

@@ -1,5 +1,5 @@
 """Consistency with the remote: what a long-lived engine, fsspec filesystem and FUSE mount
-see after the remote changes (README, "Consistency").
+see after the remote changes (docs/consistency.md).
 
 Real components: moto's S3 server on loopback (with s3fs's own listing cache on, as users
 run it), real local files, real FUSE mounts. Time is an injected clock or an explicit

@@ -15,7 +15,7 @@ import pytest
 from aicache.cli.main import main
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.testing import SlowFileSystem
-from aicache.datacache.store import HEADER_SIZE, BlockKey
+from aicache.datacache.store import HEADER_SIZE, BlockKey, stored_size
 
 BLOCK = 32 * 1024
 
@@ -40,12 +40,17 @@ def run_json(capsys, *argv: str) -> tuple[int, dict]:
     return rc, json.loads(out)
 
 
+def _charged(data: bytes) -> int:
+    """The budget the file's blocks take: each block file rounded up to the allocation unit."""
+    return sum(stored_size(len(data[i:i + BLOCK])) for i in range(0, len(data), BLOCK))
+
+
 def test_cache_stats_verify_clear(warm_cache, capsys) -> None:
     e, path, cache, data = warm_cache
     rc, st = run_json(capsys, "cache", "stats", "--cache-dir", cache, "--json")
     assert rc == 0
     assert st["blocks"] == 6
-    assert st["used_bytes"] == len(data) + 6 * HEADER_SIZE
+    assert st["used_bytes"] == _charged(data)
     assert st["capacity_bytes"] == 10 * BLOCK and st["block_size"] == BLOCK
 
     rc, v = run_json(capsys, "cache", "verify", "--cache-dir", cache, "--json")
@@ -93,7 +98,7 @@ def test_metrics_endpoint_over_http(warm_cache) -> None:
     assert samples["aicache_hits_total"] == 1.0
     assert samples["aicache_misses_total"] == 6.0
     assert samples["aicache_remote_bytes_total"] == float(len(data))
-    assert samples["aicache_used_bytes"] == float(len(data) + 6 * HEADER_SIZE)
+    assert samples["aicache_used_bytes"] == float(_charged(data))
     for name in ("aicache_prefetch_issued_total", "aicache_evictions_total", "aicache_corrupt_blocks_total",
                  "aicache_enospc_total", "aicache_remote_retries_total", "aicache_advisor_calls"):
         assert name in samples

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, BlockKey, BlockStore, stored_size
 
 CAP = 10_000
 BLOCK = 4096
@@ -40,9 +40,9 @@ def test_store_matches_fifo_reference(ops) -> None:
                 if op == "put":
                     data = payload(i, n)
                     ok = store.put(key, data)
-                    assert ok == (n + HEADER_SIZE <= CAP)
+                    assert ok == (stored_size(n) <= CAP)
                     if ok and i not in ref:
-                        while sum(len(v) + HEADER_SIZE for v in ref.values()) + n + HEADER_SIZE > CAP:
+                        while sum(stored_size(len(v)) for v in ref.values()) + stored_size(n) > CAP:
                             ref.popitem(last=False)
                         ref[i] = data
                 elif op == "remove":
@@ -59,12 +59,13 @@ def test_store_matches_fifo_reference(ops) -> None:
                     store = BlockStore(d, CAP, BLOCK)
                 stored = {k.path for k in store.keys()}
                 assert stored == {f"/data/f{j}" for j in ref}
-                assert store.stats().used_bytes == sum(len(v) + HEADER_SIZE for v in ref.values()) <= CAP
+                assert store.stats().used_bytes == sum(stored_size(len(v)) for v in ref.values()) <= CAP
                 for j, v in ref.items():
                     assert store.get(BlockKey(f"/data/f{j}", "v1", 0)) == v
-            on_disk = sum(os.path.getsize(os.path.join(r, f))
-                          for r, _d, fs in os.walk(os.path.join(d, "blocks")) for f in fs)
-            assert on_disk == store.stats().used_bytes
+            files = [os.stat(os.path.join(r, f)) for r, _d, fs in os.walk(os.path.join(d, "blocks"))
+                     for f in fs]
+            assert sum(stored_size(st.st_size - HEADER_SIZE) for st in files) == store.stats().used_bytes
+            assert sum(st.st_blocks * 512 for st in files) <= store.stats().used_bytes  # what the disk holds
             assert store.verify().bad == 0
         finally:
             store.close()
@@ -79,3 +80,21 @@ def test_blocks_of_other_versions_and_block_sizes_never_alias(tmp_path) -> None:
     assert b.get(BlockKey("/x", "etag:1", 0)) is None
     assert b.stats().blocks == 1  # still counted against the budget until evicted
     b.close()
+
+
+def test_the_budget_covers_what_small_blocks_take_on_disk(tmp_path) -> None:
+    """Many blocks of a few hundred bytes (small files, one block each): each file takes a
+    whole allocation unit on disk, and the budget counts that, so the blocks' disk usage
+    (st_blocks) stays within the capacity; charging only the bytes written would let it
+    grow to ~ALLOC_UNIT / 300 times the budget."""
+    cap = 64 * ALLOC_UNIT
+    store = BlockStore(str(tmp_path / "c"), cap, 1 << 20)
+    try:
+        for i in range(500):
+            assert store.put(BlockKey(f"/d/f{i}", "v1", 0), bytes([i % 251]) * (200 + i % 300))
+        files = [os.stat(os.path.join(r, f)) for r, _d, fs in os.walk(os.path.join(str(tmp_path / "c"), "blocks"))
+                 for f in fs]
+        assert len(files) == store.stats().blocks == cap // stored_size(500)  # all one unit each
+        assert sum(st.st_blocks * 512 for st in files) <= store.stats().used_bytes <= cap
+    finally:
+        store.close()

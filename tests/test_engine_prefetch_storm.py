@@ -31,7 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 from aicache.adaptive.controller import ChironParams, ChironSystem
 from aicache.adaptive.observer import ChironObserver
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, block_budget
 from aicache.sim.datacache import simulate_datacache, workload_from_trace
 
 BLOCK = 64 * 1024
@@ -221,8 +221,9 @@ def test_engine_and_simulator_diagnose_the_recorded_job_alike(
         if driver == "engine":
             _replay(trace, data, tmp_path / "engine", cache_bytes, system)
         else:
-            simulate_datacache(workload_from_trace(str(csv), workers=THREADS), system, cache_bytes,
-                               block_size=BLOCK, block_overhead=HEADER_SIZE)
+            simulate_datacache(workload_from_trace(str(csv), workers=THREADS), system,
+                               block_budget(cache_bytes), block_size=BLOCK, block_overhead=HEADER_SIZE,
+                               block_align=ALLOC_UNIT, block_extra=INDEX_ROW)
         seen.append((obs.log, system.stats()["active_patterns"]))
     assert seen[0] == seen[1]
     assert seen[0][1] == {Path(trace[0][1]).parts[1]: "skewed"}  # a Zipf draw over one folder

@@ -29,7 +29,7 @@ import pytest
 
 from aicache.datacache.policy.registry import SYSTEMS, make_system
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, block_budget
 from aicache.sim.datacache import BlockWorkload, CostModel, PhaseSegment, simulate_datacache
 
 BLOCK = 4096
@@ -106,8 +106,9 @@ def test_engine_and_simulator_make_the_same_decisions(tmp_path: Path, name: str)
     sim_system = _system(name, cap, wl)
     cost = CostModel(hit_ms=0.0, miss_ms=0.0, remote_bw=math.inf,
                      prefetch_inflight=2 * MAX_PREFETCH)
-    sim = simulate_datacache(wl, sim_system, cap, cost=cost, block_size=BLOCK,
-                             block_overhead=HEADER_SIZE)
+    sim = simulate_datacache(wl, sim_system, block_budget(cap), cost=cost, block_size=BLOCK,
+                             block_overhead=HEADER_SIZE, block_align=ALLOC_UNIT,
+                             block_extra=INDEX_ROW)
     assert sim.late_prefetch_reads == 0  # every fetch arrived before the next read
 
     clock = _Clock()

@@ -199,7 +199,7 @@ def test_an_always_wrong_confident_advisor_cannot_steer_chiron(workload: str, sc
     assert protected["evidence_adopted"] > 0
     assert protected["jct_seconds"] <= 1.10 * stat
     assert protected["jct_seconds"] < exposed["jct_seconds"]
-    if workload != "W2":  # on W2 x 0.1 juicefs-adaptive edges out Chiron with any advisor (README)
+    if workload != "W2":  # on W2 x 0.1 juicefs-adaptive edges out Chiron with any advisor (docs/results)
         assert protected["jct_seconds"] <= best
 
 

@@ -50,7 +50,8 @@ def commands(code: str) -> list[str]:
 LEFT_OUT = {
     ("## The two commands", "bash"): "make test is CI itself (.ci/run); make demo is set-up plus "
                                      "the full demo, minutes beyond the suite's budget",
-    ("### Data cache", "bash"): "run by test_readme_datacache.py (a real mount, metrics, record)",
+    ("### Data cache as a FUSE mount", "bash"): "run by test_readme_datacache.py (a real mount, "
+                                                "metrics, record)",
     ("### Use with vLLM", "bash"): "vllm serve needs a model (MODEL is a placeholder); the "
                                    "connector is run in-process by test_integration_vllm_*.py",
     ("### Use with SGLang", "bash"): "launch_server needs a model (MODEL is a placeholder) and "
@@ -62,13 +63,21 @@ LEFT_OUT = {
 
 #: the JPEG the fsspec example reads, served by moto
 JPEG = bytes(range(256)) * 400
+#: the files the DataLoader example reads (a few blocks' worth, distinct contents)
+IMAGES = {f"bucket/imagenet/train/{i:04d}.JPEG": bytes([i]) * (1000 + 97 * i) + JPEG for i in range(10)}
 
 #: blocks run here: heading prefix, language -> (S3 objects, python observation, files made)
 RUN = {
     ("### Cache simulation", "bash"): ({}, "", ["w1.csv", "w1.oracleGeneral.bin", "mrc.png"]),
-    ("### Data cache", "python"): (
+    ("### Data cache (Chiron) with fsspec", "python"): (
         {"bucket/imagenet/train/0001.JPEG": JPEG},
         "import hashlib; print(json.dumps({'sha': hashlib.sha256(data).hexdigest()}))", []),
+    # the DataLoader's forked workers read every file; the observation makes one more epoch
+    # and reports what the workers returned
+    ("### Data cache under a PyTorch DataLoader", "python"): (
+        IMAGES,
+        "import hashlib; print(json.dumps({'epochs': epoch + 1, 'sha': sorted("
+        "hashlib.sha256(x).hexdigest() for b in loader for x in b)}))", []),
     ("### Tiered KV store", "bash"): ({}, "", ["agent.jsonl"]),
     ("### Tiered KV store", "python"): (
         {}, "print(json.dumps({'hit_blocks': plan.hit_blocks, "
@@ -112,9 +121,14 @@ def test_readme_block_runs_as_written(key: tuple[str, str], tmp_path: Path) -> N
             assert isinstance(json.loads(res["stdout"]), dict), res
     for name in made:
         assert (work / name).is_file() and os.path.getsize(work / name) > 0, name
-    if key == ("### Data cache", "python"):
+    if key == ("### Data cache (Chiron) with fsspec", "python"):
         import hashlib
 
         assert json.loads(results[0]["stdout"].splitlines()[-1]) == {"sha": hashlib.sha256(JPEG).hexdigest()}
+    if key == ("### Data cache under a PyTorch DataLoader", "python"):
+        import hashlib
+
+        assert json.loads(results[0]["stdout"].splitlines()[-1]) == {
+            "epochs": 2, "sha": sorted(hashlib.sha256(d).hexdigest() for d in IMAGES.values())}
     if key == ("### Tiered KV store", "python"):
         assert json.loads(results[0]["stdout"].splitlines()[-1]) == {"hit_blocks": 3, "loaded": [True] * 3}

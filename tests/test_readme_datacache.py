@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[1]
 
 
-def readme_commands(section: str = "### Data cache") -> list[str]:
+def readme_commands(section: str = "### Data cache as a FUSE mount") -> list[str]:
     """The shell commands of the first ``bash`` block after ``section``: continuation
     lines joined, comment-only lines dropped."""
     text = (ROOT / "README.md").read_text()

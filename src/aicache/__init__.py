@@ -1,7 +1,7 @@
 """aicache: adaptive caching for AI systems.
 
 One policy core (pure objects told the time and the event), two drivers (a trace-driven
-simulator and the real engines). See ARCHITECTURE in the README.
+simulator and the real engines). docs/layout.md maps the packages.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ elif _stale := stale_sources():
                   "running the pure-Python sources (reinstall to compile again)", stacklevel=2)
     use_pure_python()
 
+#: the release (pyproject.toml reads it; CHANGELOG.md says what each release changed)
 __version__ = "0.1.0"
 
 __all__ = ["__version__"]

@@ -11,7 +11,9 @@ prints, every SECONDS (1 by default), the rates of the last interval (as ``juice
 engines write their counters once a second, so rates are exact over longer intervals.
 JSON keys: ``stats`` → ``cache_dir, blocks, used_bytes, capacity_bytes, block_size,
 checksum, hits, misses, hit_ratio, hit_bytes, remote_bytes, prefetch_issued, evictions`` (and
-the other counters of ``counters.PERSISTED``), ``live_engines``; ``--watch --json``: one object
+the other counters of ``counters.PERSISTED``, the shared tier's ``shared_*`` among them),
+``origin_requests_saved`` (= ``shared_hits``: local misses the shared tier answered),
+``live_engines``; ``--watch --json``: one object
 per interval, keys as in :data:`WATCH_KEYS`; ``verify`` → ``cache_dir, checked, bad, misplaced, missing, orphans, removed, clean``
 (``misplaced``: valid blocks whose header names another block); ``clear`` → ``cache_dir,
 removed, repaired`` (the wrong-type entries it removed).
@@ -129,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
             totals = read_totals(store.cache_dir)
             v = totals.values
             out = {**asdict(store.stats()), "hits": v["hits"], "misses": v["misses"],
-                   "hit_ratio": totals.hit_ratio, **v, "live_engines": totals.live}
+                   "hit_ratio": totals.hit_ratio, **v,
+                   "origin_requests_saved": v["shared_hits"], "live_engines": totals.live}
         elif args.action == "verify":
             res = store.verify(clean=not args.no_clean)
             out = {"cache_dir": store.cache_dir, **asdict(res),

@@ -41,7 +41,12 @@ GROUP_HELP = {"sim": "trace-driven simulation", "gen": "workload and trace gener
               "trace": "trace analysis and format conversion"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; where ``argv`` starts with a group's name (``sim …``),
+    of that group's commands only: some parsers import what their defaults name (``record``
+    the data cache's engine, for its default cache directory), which a simulator run
+    should not pay for at start-up."""
+    only = argv[0] if argv and argv[0] in GROUP_HELP else None
     parser = argparse.ArgumentParser(
         prog="aicache", description="Adaptive caching for AI systems (Chiron, SARIA, SAECache)."
     )
@@ -49,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict[str, argparse._SubParsersAction] = {}  # type: ignore[type-arg]
     for group, module_name in COMMANDS:
+        if only is not None and group != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -69,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     run = getattr(args, "_run", None)
     if run is None:

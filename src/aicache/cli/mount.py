@@ -3,7 +3,9 @@ FUSE mount of any fsspec store (``s3://bucket/data``, ``gs://…``, ``/local/dir
 the adaptive block cache. Runs until SIGINT (Ctrl-C), SIGTERM or ``aicache umount
 MOUNTPOINT``, then unmounts cleanly. S3-compatible stores: ``--endpoint-url http://…``,
 ``--region``; other remote options: ``-o anon=true`` … (values parsed as JSON when they
-parse).
+parse). ``--shared-cache URL`` adds a cache level under the local one that every node of a
+cluster shares (a bucket near the nodes, ``--shared-cache-endpoint-url`` for an S3-compatible
+one): a block one node fetched is read from there by the others instead of the origin.
 """
 
 from __future__ import annotations
@@ -106,6 +108,17 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
                    help="S3-compatible endpoint for an s3:// REMOTE_URL (MinIO, Ceph, R2, …), "
                         "e.g. http://127.0.0.1:9000")
     p.add_argument("--region", default=None, help="S3 region of the bucket, e.g. eu-west-1")
+    p.add_argument("--shared-cache", default=None, metavar="URL",
+                   help="a second cache level under the local one, shared by every node: an "
+                        "fsspec URL (s3://bucket/prefix on a bucket near the nodes, "
+                        "file:///mnt/shared/aicache); bound it with the store's lifecycle rules")
+    p.add_argument("--shared-cache-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="storage option for the --shared-cache store (repeatable)")
+    p.add_argument("--shared-cache-endpoint-url", default=None, metavar="URL",
+                   help="S3-compatible endpoint for an s3:// --shared-cache, e.g. http://10.0.0.5:9000")
+    p.add_argument("--shared-cache-timeout", default="2", metavar="SECONDS",
+                   help="longest wait for one shared-cache call before the origin is read "
+                        "(default 2)")
     p.add_argument("--log-level", default=None, type=str.lower, choices=LOG_LEVELS,
                    help="log this and worse (default: info to the log file of a background "
                         "mount, warnings to stderr in the foreground)")
@@ -190,11 +203,17 @@ def check_metrics_port(port: int, addr: str = "127.0.0.1") -> None:
 
 
 def remote_options(pairs: list[str]) -> dict[str, Any]:
+    return _pairs(pairs, "--option")
+
+
+def _pairs(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` storage options (values parsed as JSON when they parse)."""
     out: dict[str, Any] = {}
     for pair in pairs:
         k, sep, v = pair.partition("=")
         if not sep or not k:
-            raise BadInput(f"--option {pair!r} is not KEY=VALUE; e.g. -o endpoint_url=http://127.0.0.1:9000")
+            short = "-o" if flag == "--option" else flag
+            raise BadInput(f"{flag} {pair!r} is not KEY=VALUE; e.g. {short} endpoint_url=http://127.0.0.1:9000")
         try:
             out[k] = json.loads(v)
         except ValueError:
@@ -243,7 +262,9 @@ def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
-    except (ValueError, ImportError) as exc:
+    except ImportError as exc:  # the store's fsspec package is an extra (s3fs: aicache[s3])
+        raise BadInput(f"REMOTE_URL {url!r}: {exc} (S3: pip install 'aicache[s3]')") from None
+    except ValueError as exc:
         raise BadInput(f"REMOTE_URL {url!r}: {exc}; use e.g. s3://bucket/prefix or /local/dir") from None
     try:
         ok = fs.isdir(root)
@@ -253,6 +274,47 @@ def open_remote(url: str, options: dict[str, Any]) -> tuple[Any, str]:
     if not ok:
         raise BadInput(f"REMOTE_URL {url!r} is not a directory on the remote; give the dataset folder")
     return fs, root
+
+
+def shared_spec_of(args: argparse.Namespace, *, block_on_full: bool = False) -> Any:
+    """The :class:`~aicache.datacache.shared.SharedTierSpec` that ``--shared-cache`` and its
+    options name (None without ``--shared-cache``); a URL fsspec cannot open, or options
+    without it, are bad input. The store is not contacted: it being down must not stop a
+    mount (reads then go to the origin)."""
+    from urllib.parse import urlsplit
+
+    from fsspec.core import split_protocol
+
+    from aicache.datacache.shared import SharedTierSpec
+
+    url = args.shared_cache
+    if url is None:
+        if args.shared_cache_option or args.shared_cache_endpoint_url:
+            raise BadInput("--shared-cache-option/--shared-cache-endpoint-url need --shared-cache URL")
+        return None
+    if not url.strip():
+        raise BadInput("--shared-cache '' is empty; give a URL, e.g. s3://bucket/aicache-shared")
+    options = _pairs(args.shared_cache_option, "--shared-cache-option")
+    if "endpoint_url" in options:  # s3fs takes it inside client_kwargs
+        options.setdefault("client_kwargs", {})["endpoint_url"] = options.pop("endpoint_url")
+    if args.shared_cache_endpoint_url is not None:
+        u = urlsplit(args.shared_cache_endpoint_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise BadInput(f"--shared-cache-endpoint-url {args.shared_cache_endpoint_url!r} is not "
+                           "an http(s) URL; give e.g. http://127.0.0.1:9000")
+        if split_protocol(url)[0] not in ("s3", "s3a"):
+            raise BadInput(f"--shared-cache-endpoint-url applies to an s3:// --shared-cache, not "
+                           f"{url!r}; pass that store's options with --shared-cache-option KEY=VALUE")
+        options.setdefault("client_kwargs", {})["endpoint_url"] = args.shared_cache_endpoint_url
+    try:
+        timeout = float(args.shared_cache_timeout)
+    except ValueError:
+        timeout = math.nan
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise BadInput(f"--shared-cache-timeout {args.shared_cache_timeout!r}: give seconds > 0, e.g. 2")
+    spec = SharedTierSpec(url, options, timeout_s=timeout, block_on_full=block_on_full)
+    spec.filesystem()  # an unknown protocol or bad options: BadInput now, not at the first read
+    return spec
 
 
 def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
@@ -362,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
         # a recording mount sees every read (a re-read the kernel served would be missing)
         args.kernel_cache = lowlevel and not args.direct_io and not args.record
     options = remote_options_of(args)
+    shared = shared_spec_of(args)
     fs, root = open_remote(args.remote_url, options)  # bad URL / unreachable: exit 2 here
     log_file = args.log_file or (None if args.foreground else
                                  os.path.join(os.path.abspath(args.cache_dir), "mount.log"))
@@ -383,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
               foreground=True, metrics_port=args.metrics_port, record=recorder,
               kernel_cache=args.kernel_cache, readahead_kb=args.readahead_kb,
               direct_io=args.direct_io, fuse_api=args.fuse_api, allow_other=args.allow_other,
-              uid=uid, gid=gid)
+              uid=uid, gid=gid, shared=shared)
     finally:
         if recorder is not None:
             recorder.close()

@@ -65,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.out)
     if not os.path.isdir(os.path.dirname(out)):
         raise BadInput(f"--out {args.out!r}: directory {os.path.dirname(out)!r} does not exist")
-    from aicache.cli.mount import engine_config, open_remote, remote_options_of
+    from aicache.cli.mount import engine_config, open_remote, remote_options_of, shared_spec_of
     from aicache.datacache.fuse import fuse_available
 
     engine_config(args)
+    shared_spec_of(args)  # bad --shared-cache options: exit 2 before mounting
     why = fuse_available()
     if why:
         raise BadInput(why)
@@ -81,11 +82,16 @@ def run(args: argparse.Namespace) -> int:
                  "--foreground", "--record", out]
     for flag, value in (("--advisor", args.advisor), ("--endpoint-url", args.endpoint_url),
                         ("--region", args.region), ("--log-level", args.log_level),
-                        ("--gate", args.gate), ("--prompt", args.prompt)):
+                        ("--gate", args.gate), ("--prompt", args.prompt),
+                        ("--shared-cache", args.shared_cache),
+                        ("--shared-cache-endpoint-url", args.shared_cache_endpoint_url),
+                        ("--shared-cache-timeout", args.shared_cache_timeout)):
         if value:
             mount_cmd += [flag, value]
     for o in args.option:
         mount_cmd += ["-o", o]
+    for o in args.shared_cache_option:
+        mount_cmd += ["--shared-cache-option", o]
     # the mount's stderr (its log with --log-level, an error) into a file: a pipe read only
     # on failure fills up and stalls the mount
     errlog = tempfile.TemporaryFile()

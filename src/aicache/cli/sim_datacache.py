@@ -38,6 +38,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--miss-ms", type=float, default=None, help="miss latency in ms (default 250)")
     p.add_argument("--remote-mibps", type=float, default=None,
                    help="bandwidth of one remote fetch in MiB/s (default 200)")
+    p.add_argument("--shared-ms", type=float, default=None, metavar="MS",
+                   help="model a shared tier under the cache (--shared-cache): its round trip in "
+                        "ms; a local miss asks it first (default: no tier)")
+    p.add_argument("--shared-mibps", type=float, default=1000.0,
+                   help="with --shared-ms: bandwidth of one shared-tier fetch in MiB/s (default 1000)")
+    p.add_argument("--shared-warm", action="store_true",
+                   help="with --shared-ms: the tier holds every block from the start (a warmup, "
+                        "or other nodes' earlier epochs)")
     p.add_argument("--workers", type=int, default=8, help="loader workers for --trace (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator and the policies (default 0)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -62,9 +70,16 @@ def run(args: argparse.Namespace) -> int:
         if args.system not in CHIRON_SYSTEMS:
             raise BadInput(f"--executors applies to --system chiron, not {args.system!r}")
         system_params["executors"] = args.executors
+    shared = None
+    if args.shared_ms is not None:
+        from aicache.sim.datacache import SharedTierCost
+
+        shared = SharedTierCost(args.shared_ms, args.shared_mibps * (1 << 20), args.shared_warm)
+    elif args.shared_warm:
+        raise BadInput("--shared-warm needs --shared-ms MS (the tier's round trip), e.g. --shared-ms 5")
     res = simulate_datacache(wl, args.system, args.cache_size, hit_ms=args.hit_ms,
                              miss_ms=args.miss_ms, remote_bw=bw, advisor=advisor, seed=args.seed,
-                             system_params=system_params)
+                             system_params=system_params, shared=shared)
     d = res.to_dict()
     if args.trace is not None:
         from aicache.traces.io import detect_format

@@ -11,6 +11,12 @@ mount uses, see the budget rules), else 10GiB; ``--block-size`` must be the one 
 directory's readers use (4MiB by default), or their blocks are other blocks.
 JSON keys: ``cache_dir, files, bytes, blocks, cached_bytes, fetched_bytes, capacity_bytes,
 fits, seconds``.
+
+``--shared-cache URL`` fills the cluster's shared tier as well, once for every node: each
+block the tier lacks is written there (from the origin, or from this cache when it holds
+the block), waiting for the tier's writer instead of dropping blocks as readers do; blocks
+the tier holds already are read from it, not from the origin. Extra JSON keys then:
+``shared_cache, shared_hits, shared_blocks_written, shared_blocks_dropped``.
 """
 
 from __future__ import annotations
@@ -61,12 +67,13 @@ def run(args: argparse.Namespace) -> int:
 
     import fsspec
 
-    from aicache.cli.mount import check_cache_dir, engine_config, engine_policy, remote_options_of
+    from aicache.cli.mount import (check_cache_dir, engine_config, engine_policy, remote_options_of,
+                                   shared_spec_of)
     from aicache.cli.output import emit
     from aicache.progress import progress
     from aicache.datacache.budget import recorded_budget
     from aicache.datacache.engine import CacheEngine
-    from aicache.datacache.store import BlockKey
+    from aicache.datacache.store import BlockKey, stored_size
 
     if args.threads < 1:
         raise BadInput(f"--threads {args.threads}: give 1 or more")
@@ -78,12 +85,15 @@ def run(args: argparse.Namespace) -> int:
     params.list_root = False
     args.remote_url = args.paths[0]  # the store whose options --endpoint-url/-o name
     options = remote_options_of(args)
+    shared_spec = shared_spec_of(args, block_on_full=True)
     fs: Any = None
     files: list[tuple[str, int]] = []
     for url in args.paths:
         try:
             pfs, root = fsspec.core.url_to_fs(url, **options)
-        except (ValueError, ImportError) as exc:
+        except ImportError as exc:  # the store's fsspec package is an extra (s3fs: aicache[s3])
+            raise BadInput(f"PATH {url!r}: {exc} (S3: pip install 'aicache[s3]')") from None
+        except ValueError as exc:
             raise BadInput(f"PATH {url!r}: {exc}; use e.g. s3://bucket/prefix or /local/dir") from None
         if fs is None:
             fs = pfs
@@ -98,16 +108,22 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     cached = fetched = 0
     policy = engine_policy(args, size, params.block_size)[0]
-    with CacheEngine(fs, cache_dir, size, policy=policy, params=params) as engine, \
-            progress(total, "warmup") as bar:
+    with CacheEngine(fs, cache_dir, size, policy=policy, params=params,
+                     shared=shared_spec) as engine, progress(total, "warmup") as bar:
+        shared = engine.shared
+
         def warm(path: str) -> tuple[int, int]:
             meta = engine.stat(path)
             had = got = 0
             for idx in range(-(-meta.size // B)):
                 n = min(B, meta.size - idx * B)
-                if engine.store.contains(BlockKey(meta.path, meta.version, idx)):
+                key = BlockKey(meta.path, meta.version, idx)
+                local = engine.store.contains(key)
+                if local:
                     had += n
-                engine.read_block(meta, idx)
+                data = engine.read_block(meta, idx)  # a local miss reads the tier, then the origin
+                if shared is not None and local and shared.contains(key) is False:
+                    shared.offer(key, data)  # the tier lacks what this cache holds
                 bar.advance(n)
                 got += n
             return had, got - had
@@ -116,10 +132,17 @@ def run(args: argparse.Namespace) -> int:
             for had, new in pool.map(warm, [p for p, _n in files]):
                 cached += had
                 fetched += new
-        capacity = engine.store.capacity
+        capacity, room = engine.store.capacity, engine.store.block_capacity
+    # what the files' blocks take of the budget (each block's stored_size), not their bytes
+    charged = sum((n // B) * stored_size(B) + (stored_size(n % B) if n % B else 0) for _p, n in files)
     out = {"cache_dir": cache_dir, "files": len(files), "bytes": total,
            "blocks": sum(-(-n // B) for _p, n in files), "cached_bytes": cached,
-           "fetched_bytes": fetched, "capacity_bytes": capacity, "fits": total <= capacity,
+           "fetched_bytes": fetched, "capacity_bytes": capacity, "fits": charged <= room,
            "seconds": round(time.monotonic() - t0, 3)}
+    if shared_spec is not None:  # the engine's close waited for the tier's writer
+        m = engine.metrics
+        out.update(shared_cache=shared_spec.url, shared_hits=int(m.value("shared_hits")),
+                   shared_blocks_written=int(m.value("shared_writes")),
+                   shared_blocks_dropped=int(m.value("shared_write_drops")))
     emit(out, as_json=args.json, title="aicache warmup")
     return 0

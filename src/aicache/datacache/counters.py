@@ -36,7 +36,9 @@ from dataclasses import dataclass
 #: the counters an engine persists (names of :class:`~aicache.datacache.metrics.EngineMetrics`)
 PERSISTED = ("hits", "misses", "hit_bytes", "remote_bytes", "prefetch_issued", "prefetch_used",
              "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
-             "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone")
+             "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone",
+             "shared_hits", "shared_hit_bytes", "shared_misses", "shared_rejects", "shared_errors",
+             "shared_skipped", "shared_writes", "shared_write_drops")
 
 RETIRED = "retired.json"
 _seq = itertools.count()

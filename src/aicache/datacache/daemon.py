@@ -60,7 +60,8 @@ from aicache.datacache.policy.driver import (
     Victim,
     make_engine_system,
 )
-from aicache.datacache.store import HEADER_SIZE, BlockKey
+from aicache.datacache.policy.system import DataCacheSystem
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, BlockKey, block_budget
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.daemon")
@@ -71,6 +72,15 @@ IDLE_EXIT_S = 30.0
 
 
 Driver = SystemDriver[BlockKey]
+
+
+def store_driver(system: DataCacheSystem, block_size: int, cache_size: int) -> Driver:
+    """The driver of ``system`` over a block store of ``cache_size``: the budget its blocks
+    may take and each block's charge are the store's (:func:`~aicache.datacache.store.
+    block_budget`, :func:`~aicache.datacache.store.stored_size`), so the policy, not the
+    store's own FIFO, picks every eviction."""
+    return SystemDriver(system, block_size, capacity=block_budget(cache_size), overhead=HEADER_SIZE,
+                        align=ALLOC_UNIT, extra=INDEX_ROW)
 T = TypeVar("T")
 
 
@@ -368,8 +378,8 @@ class DaemonPolicy:
         path = os.path.join(cache_dir, SOCK)
 
         def fallback() -> Driver:
-            return SystemDriver(make_engine_system(policy, cache_size, block_size, advisor, seed),
-                                block_size, capacity=cache_size, overhead=HEADER_SIZE)
+            return store_driver(make_engine_system(policy, cache_size, block_size, advisor, seed),
+                                block_size, cache_size)
 
         dp = cls(path, block_size, fallback, call_timeout_s=call_timeout_s, reconnect_s=reconnect_s)
         deadline = time.monotonic() + timeout_s
@@ -638,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parse_size(args.cache_size, what="--cache-size")
     block = parse_size(args.block_size, what="--block-size")
     system = make_engine_system(args.policy, size, block, advisor=args.advisor, seed=args.seed)
-    driver = SystemDriver[BlockKey](system, block, capacity=size, overhead=HEADER_SIZE)
+    driver = store_driver(system, block, size)
     d = PolicyDaemon(os.path.abspath(args.cache_dir), driver, args.idle_exit)
     log.info("serving %s (policy %s, pid %d)", d.path, args.policy, os.getpid())
     d.serve()

@@ -59,6 +59,12 @@ group): the mode of the cache's files, directories getting ``x`` where it has ``
 ``cache_size`` is capped at open, with a warning (:mod:`aicache.datacache.budget`, which also
 states the rule for two processes giving one cache dir different budgets).
 
+``shared_cache`` (an fsspec URL: ``s3://bucket/prefix``, ``file:///mnt/shared/aicache``;
+default none), ``shared_cache_options`` (that store's options, a dict or JSON text;
+``endpoint_url`` goes to s3fs's ``client_kwargs``), ``shared_cache_timeout`` (seconds, default
+2): a second cache level under the local one, shared by every node reading the same origin
+(:mod:`aicache.datacache.shared`).
+
 An open file keeps the last block it read, so many small reads inside one block cost one
 (verified) block read and count as one access — what the kernel page cache does for FUSE.
 An open file that jumps (a Parquet footer, then one column; a slice of a ``.npy``) into a
@@ -88,6 +94,7 @@ from aicache.datacache.engine import (
     default_cache_dir,
 )
 from aicache.datacache.engine.sparse import ReadStream, streaming
+from aicache.datacache.shared import DEFAULT_TIMEOUT_S, SharedTierSpec
 from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode
 from aicache.datacache.version import target_token
@@ -129,7 +136,9 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
                  seed: int | str = 0, root: str = "", daemon: bool | str = False, fo: str = "",
                  verify_checksum: str = "stat", mmap_bytes: str | int = "1GiB",
                  share_engine: bool | str = True, cache_mode: int | str = 0o600,
-                 free_space_ratio: float | str = 0.1,
+                 free_space_ratio: float | str = 0.1, shared_cache: str | None = None,
+                 shared_cache_options: dict[str, Any] | str | None = None,
+                 shared_cache_timeout: float | str = DEFAULT_TIMEOUT_S,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fs is None:
@@ -164,7 +173,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
             cache_dir=os.path.realpath(os.path.expanduser(cache_dir or default_cache_dir())),
             target=target_token(fs), cache_size=parse_size(cache_size, what="cache_size"),
             policy=policy, advisor=None if advisor in ("", "none", "None") else advisor,
-            params=params, root=root, daemon=DaemonMode.of(daemon))
+            params=params, root=root, daemon=DaemonMode.of(daemon),
+            shared=shared_spec(shared_cache, shared_cache_options, shared_cache_timeout))
         self._share = parse_bool(share_engine, what="share_engine")
         self._engine: CacheEngine | None = None
         self._generation = -1
@@ -174,7 +184,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
     def _build_engine(self) -> CacheEngine:
         s = self._spec
         return CacheEngine(self.fs, s.cache_dir, s.cache_size, policy=s.policy, advisor=s.advisor,
-                           params=s.params, root=s.root, daemon=s.daemon)
+                           params=s.params, root=s.root, daemon=s.daemon, shared=s.shared)
 
     def _attach(self) -> None:
         """Lease this process's engine of the cache dir and target (see
@@ -343,6 +353,22 @@ def _target_options(opts: dict[str, Any] | str | None) -> dict[str, Any]:
         raise BadInput(f"target_options {opts!r} is not a dict or a JSON object; give e.g. "
                        '\'{"endpoint_url": "http://host:9000"}\'')
     return parsed
+
+
+def shared_spec(url: str | None, options: dict[str, Any] | str | None,
+                timeout: float | str) -> SharedTierSpec | None:
+    """The shared tier the options name (None: no ``shared_cache``); its options may be
+    JSON text, as ``target_options``."""
+    if url is None or str(url).strip() in ("", "none", "None"):
+        return None
+    try:
+        opts = _target_options(options)
+    except BadInput:
+        raise BadInput(f"shared_cache_options {options!r} is not a dict or a JSON object; give "
+                       'e.g. \'{"endpoint_url": "http://host:9000"}\'') from None
+    if "endpoint_url" in opts:  # s3fs takes it inside client_kwargs
+        opts.setdefault("client_kwargs", {})["endpoint_url"] = opts.pop("endpoint_url")
+    return SharedTierSpec(str(url), opts, timeout_s=_seconds(timeout, "shared_cache_timeout"))
 
 
 def _seconds(value: float | str, what: str) -> float:

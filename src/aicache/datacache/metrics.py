@@ -48,7 +48,9 @@ class _Snapshot(Collector):
                             ("advisor_output_tokens", "advisor completion tokens"),
                             ("advisor_latency_seconds_total", "advisor time, summed"),
                             ("advisor_no_advice", "advisor answers that were no advice"),
-                            ("switches", "accepted pattern switches")):
+                            ("switches", "accepted pattern switches"),
+                            ("shared_write_queue",
+                             "blocks waiting to be written to the shared tier")):
             g = GaugeMetricFamily(f"{_NS}_{name}", help_)
             g.add_metric([], float(s.get(name, 0) or 0))
             yield g
@@ -169,6 +171,22 @@ class EngineMetrics:
         self.remote_errors = c("remote_errors", "remote reads that failed after all retries")
         self.versions_gone = c("versions_gone", "range reads refused because the version an open "
                                "file reads was overwritten or deleted on the remote")
+        # the shared tier (aicache.datacache.shared): every shared hit is an origin request
+        # saved; a shared hit is still a local miss (``misses``), never a ``hits`` read
+        self.shared_hits = c("shared_hits", "local misses served by the shared tier "
+                             "(each one an origin request saved)")
+        self.shared_hit_bytes = c("shared_hit_bytes", "bytes the shared tier served "
+                                  "(origin bytes saved)")
+        self.shared_misses = c("shared_misses", "local misses the shared tier did not hold")
+        self.shared_rejects = c("shared_rejects", "shared blocks refused: torn, corrupt, or "
+                                "another block's or version's (read from the origin instead)")
+        self.shared_errors = c("shared_errors", "shared-tier calls that failed or passed "
+                               "their timeout (the origin answered instead)")
+        self.shared_skipped = c("shared_skipped", "shared-tier calls not made: backing off "
+                                "after failures, or every call slot held by a slow call")
+        self.shared_writes = c("shared_writes", "blocks written to the shared tier")
+        self.shared_write_drops = c("shared_write_drops", "blocks not written to the shared "
+                                    "tier: its write queue full, backing off, or the write failed")
         self.policy_errors = c("policy_errors", "policy calls that raised (the read went on)")
         self.fuse_inline = c("fuse_inline_replies",
                              "FUSE requests answered at once by the session thread (low-level mount)")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, fields
 
 from aicache.datacache.engine import CacheEngine, DaemonMode, EngineParams
 from aicache.datacache.policy.system import DataCacheSystem
+from aicache.datacache.shared import SharedTierSpec
 from aicache.errors import BadInput
 
 #: EngineParams fields under the names the filesystem takes them by
@@ -61,6 +62,8 @@ class EngineSpec:
     params: EngineParams
     root: str
     daemon: DaemonMode
+    #: the shared tier under the local store (None: none)
+    shared: SharedTierSpec | None = None
 
     @property
     def key(self) -> tuple[str, str]:

@@ -157,6 +157,30 @@ MAGIC = b"AICB"
 #: name digest (16 bytes), path hash (8), version hash (8)
 HEADER = struct.Struct("<4sHHQQQQ16s8s8s")
 HEADER_SIZE = HEADER.size  # 72
+#: the unit a file system allocates in: a block file takes its size rounded up to it on
+#: disk (4 KiB pages on ext4, xfs, tmpfs, overlayfs), and the budget counts what the disk
+#: holds, so a cache of many small blocks stays within it too
+ALLOC_UNIT = 4096
+#: what one block's row takes in ``index.sqlite`` (key digest, path, version, index,
+#: size, sequence and their b-tree entries, rounded up): counted with the block
+INDEX_ROW = 256
+#: the index's fixed part (schema pages, the WAL the store checkpoints back to 64 KiB,
+#: the lock and users files), held back from the blocks' budget of a cache of at least
+#: ``16 * INDEX_RESERVE`` (a smaller one, a test's or a toy's, keeps its whole budget)
+INDEX_RESERVE = 128 * 1024
+
+
+def stored_size(payload: int) -> int:
+    """What a block of ``payload`` bytes costs in the budget: its file (header included)
+    rounded up to :data:`ALLOC_UNIT`, plus its index row."""
+    return -(-(payload + HEADER_SIZE) // ALLOC_UNIT) * ALLOC_UNIT + INDEX_ROW
+
+
+def block_budget(capacity: int) -> int:
+    """The part of a cache directory's ``capacity`` its blocks may take (see
+    :data:`INDEX_RESERVE`): with the blocks' :func:`stored_size`, the directory's disk
+    usage stays within ``capacity``."""
+    return capacity - INDEX_RESERVE if capacity >= 16 * INDEX_RESERVE else capacity
 _IDENT_AT = 24  # the identity's offset in the header (it runs to the header's end)
 _IDENT = struct.Struct("<QQ16s8s8s")
 _LENGTH = struct.Struct("<Q")  # the length field, at offset 8 of the header
@@ -267,6 +291,33 @@ def _hash8(s: str) -> bytes:
     return hashlib.blake2b(_raw(s), digest_size=8).digest()
 
 
+def block_header(ident: bytes, data: bytes | memoryview) -> bytes:
+    """The header of a block file holding ``data`` for the block whose identity is
+    ``ident`` (:meth:`BlockKey.identity`)."""
+    return HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
+                       CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
+
+
+def encode_block(key: BlockKey, data: bytes, block_size: int) -> bytes:
+    """A block file's bytes (header, then payload) exactly as the store writes them: the
+    format any other tier that keeps blocks (the shared tier) writes too."""
+    return block_header(key.identity(block_size), data) + data
+
+
+def decode_block(key: BlockKey, blob: bytes, block_size: int) -> bytes | None:
+    """The payload of ``blob`` when it is a whole, intact block file of ``key`` (magic,
+    format, length, identity and checksum all agree); None for anything else — a torn or
+    truncated copy, garbage, another block's file, another version's, an earlier format."""
+    n = len(blob) - HEADER_SIZE
+    if n < 0 or n > block_size:
+        return None
+    head = blob[:HEADER_SIZE]
+    if BlockStore._fault(head, key.identity(block_size), n) != _OK:
+        return None
+    data = blob[HEADER_SIZE:]
+    return data if BlockStore._valid(head, data) else None
+
+
 @dataclass(slots=True)
 class StoreStats:
     blocks: int
@@ -348,6 +399,8 @@ class BlockStore:
         self._verified: dict[BlockKey, tuple[tuple[int, int, int, int, int], int]] = {}
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.capacity = int(capacity)
+        #: what the blocks may take of ``capacity`` (the rest is the index's)
+        self.block_capacity = block_budget(self.capacity)
         self.block_size = int(block_size)
         self._blocks_dir = os.path.join(self.cache_dir, "blocks")
         self._tmp_dir = os.path.join(self.cache_dir, "tmp")
@@ -422,6 +475,7 @@ class BlockStore:
             self._used = self._sum_used()
         self.capacity = disk_capped(self.cache_dir, self.capacity, self._used, self._free_ratio,
                                     self.block_size)
+        self.block_capacity = block_budget(self.capacity)
 
     @property
     def _sql(self) -> sqlite3.Connection:
@@ -752,8 +806,8 @@ class BlockStore:
         file is written, so temp files count in the budget. Raises :class:`StoreFull` on
         ENOSPC; nothing partial stays behind.
         """
-        size = len(data) + HEADER_SIZE
-        if size > self.capacity:
+        size = stored_size(len(data))
+        if size > self.block_capacity:
             return Put(False)
         digest = key.digest(self.block_size)
         tmp = self._tmp_name()
@@ -766,7 +820,7 @@ class BlockStore:
                 if self._sql.execute("SELECT 1 FROM blocks WHERE key=?", (digest,)).fetchone():
                     return Put(True)  # another thread/process stored it meanwhile
                 used = self._sum_used()
-                while used + size > self.capacity:
+                while used + size > self.block_capacity:
                     row = self._sql.execute(
                         "SELECT key, path, version, idx FROM blocks ORDER BY seq LIMIT 1").fetchone()
                     freed = 0 if row is None else self._evict_locked(row[0])
@@ -781,8 +835,7 @@ class BlockStore:
         reserved = True
         try:
             path, ident = self._where(key)
-            header = HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
-                                 CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
+            header = block_header(ident, data)
             self._write_tmp(tmp, header, data)
             with self._locked():
                 self._sql.execute("BEGIN IMMEDIATE")
@@ -985,14 +1038,14 @@ class BlockStore:
                 continue
             with open(path, "rb", opener=_no_follow) as f:
                 idx = _IDENT.unpack_from(f.read(HEADER_SIZE), _IDENT_AT)[1]
-            found.append((st.st_mtime_ns, digest, idx, st.st_size, path))
+            found.append((st.st_mtime_ns, digest, idx, stored_size(st.st_size - HEADER_SIZE), path))
         found.sort()
         used = self._sum_used()
         kept = 0
         self._sql.execute("BEGIN IMMEDIATE")
         try:
             for _mtime, digest, idx, size, path in found:
-                if used + size > self.capacity:
+                if used + size > self.block_capacity:
                     _unlink(path)
                     dropped += 1
                     continue
@@ -1132,6 +1185,7 @@ class UncachedStore(BlockStore):
         self._verified = {}
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.capacity, self.block_size = int(capacity), int(block_size)
+        self.block_capacity = block_budget(self.capacity)
         self._blocks_dir = os.path.join(self.cache_dir, "blocks")
         self._tmp_dir = os.path.join(self.cache_dir, "tmp")
         self._mutex = threading.RLock()

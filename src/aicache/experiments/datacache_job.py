@@ -524,12 +524,11 @@ def _policy_owner(system: str, params: JobParams, ds: JobDataset, cache_dir: str
     if system == "nocache" or not params.shared_policy:
         yield None
         return
-    from aicache.datacache.daemon import PolicyDaemon
-    from aicache.datacache.policy.driver import SystemDriver
+    from aicache.datacache.daemon import PolicyDaemon, store_driver
 
     # the job stops it: between phases no worker may be connected for a while
-    daemon = PolicyDaemon(cache_dir, SystemDriver(make_job_system(system, params, ds), ds.block_size),
-                          idle_exit_s=float("inf"))
+    driver = store_driver(make_job_system(system, params, ds), ds.block_size, ds.cache_bytes)
+    daemon = PolicyDaemon(cache_dir, driver, idle_exit_s=float("inf"))
     daemon.start_thread()
     try:
         yield daemon

@@ -15,7 +15,7 @@ _T = TypeVar("_T")
 
 compiled = False
 
-int = longlong = ulonglong = schar = char = double = bint = Py_ssize_t = void = object
+int = longlong = ulonglong = schar = char = uchar = double = bint = Py_ssize_t = void = object
 
 
 def _identity(obj: _T) -> _T:

@@ -39,10 +39,9 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from array import array
 from dataclasses import asdict, dataclass
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH, PrefetchPolicy, make_eviction
@@ -51,9 +50,11 @@ from aicache.policies.base import EvictionPolicy, NoPrefetch
 from aicache.policies.slotted import SlotPolicy
 from aicache.sim.cache import Cache
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import DEFAULT_BATCH, TraceSource
-from aicache.traces.formats.oracle_general import next_access_times
+from aicache.traces.formats._common import DEFAULT_BATCH, Column, TraceSource
 from aicache.units import parse_size
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SIZE_MODES = ("objects", "bytes")
 #: keys of the ``--json`` object, in order (a stable contract: scripts parse them)
@@ -130,6 +131,10 @@ def scan(source: TraceSource, *, need_bytes: bool = True, need_future: bool = Fa
     first-seen sizes, and (if ``need_future``) every request's next-access index.
     Without ``need_bytes`` the byte total is reported as 0. The batches are kept in the
     result while they take at most ``retain_bytes``."""
+    import numpy as np
+
+    from aicache.traces.formats.oracle_general import next_access_times
+
     seen = FirstSeen()
     requests = 0
     id_chunks: list[np.ndarray] = []
@@ -179,6 +184,8 @@ class FirstSeen:
         self._merged = 0
 
     def add(self, ids: np.ndarray, sizes: np.ndarray | None) -> None:
+        import numpy as np
+
         if sizes is None:
             u = np.unique(ids)
             self._sizes.append(np.zeros(len(u), dtype=np.int64))
@@ -191,6 +198,8 @@ class FirstSeen:
             self._merge()
 
     def _merge(self) -> None:
+        import numpy as np
+
         if len(self._ids) <= 1:
             return
         u, first = np.unique(np.concatenate(self._ids), return_index=True)
@@ -312,44 +321,42 @@ def replayable(cls: type[EvictionPolicy]) -> bool:
 
 @dataclass(slots=True)
 class _SlotTrace:
-    """The pre-pass of :func:`_simulate_slots`: the trace as slot ids and sizes (kept while
-    they take at most :data:`RETAIN_BYTES`; else None and the replay maps again)."""
+    """The pre-pass of :func:`_simulate_slots`: the trace as slot ids, sizes and the sizes'
+    sum per chunk (kept while they take at most :data:`RETAIN_BYTES`; else None and the
+    replay maps again)."""
 
     requests: int
     slots: slotcore.SlotMap
-    kept: list[tuple[np.ndarray, np.ndarray]] | None
+    kept: list[tuple[memoryview, Column, int]] | None
 
 
 def _slot_batches(source: TraceSource, slots: slotcore.SlotMap, batch_size: int,
-                  sized: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Each batch as (slot ids, sizes), mapping new ids to new slots (``sized``: and
-    adding their first-seen sizes to ``slots.first_bytes``)."""
-    for b in source.batches(batch_size):
-        n = len(b)
-        if not n:
-            continue
-        dense = np.empty(n, dtype=np.int32)
-        ids = np.ascontiguousarray(b.obj_id, dtype=np.uint64)
-        sizes = np.ascontiguousarray(b.obj_size, dtype=np.int64)
+                  sized: bool = False) -> Iterator[tuple[memoryview, Column, int]]:
+    """Each chunk as (slot ids, sizes, the sizes' sum), mapping new ids to new slots
+    (``sized``: and adding their first-seen sizes to ``slots.first_bytes``). The columns
+    are typed arrays from the reader (:meth:`TraceSource.id_sizes`): numpy is not needed
+    where the reader has a compiled parser."""
+    for ids, sizes, total in source.id_sizes(batch_size):
+        dense = memoryview(array("i", bytes(4 * len(ids))))
         if sized:
             slots.map_sized(ids, sizes, dense)
         else:
             slots.map(ids, dense)
-        yield dense, sizes
+        yield dense, sizes, total
 
 
 def scan_slots(source: TraceSource, batch_size: int = DEFAULT_BATCH,
                retain_bytes: int = RETAIN_BYTES, sized: bool = False) -> _SlotTrace:
     """The pre-pass of :func:`_simulate_slots` (``sized``: the first-seen bytes too)."""
     slots = slotcore.SlotMap()
-    kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+    kept: list[tuple[memoryview, Column, int]] | None = []
     requests = kept_bytes = 0
-    for dense, sizes in _slot_batches(source, slots, batch_size, sized):
+    for dense, sizes, total in _slot_batches(source, slots, batch_size, sized):
         requests += len(dense)
         if kept is not None:
             kept_bytes += dense.nbytes + sizes.nbytes
             if kept_bytes <= retain_bytes:
-                kept.append((dense, sizes))
+                kept.append((dense, sizes, total))
             else:
                 kept = None
     return _SlotTrace(requests, slots, kept)
@@ -372,7 +379,7 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_m
     assert isinstance(pol, SlotPolicy)
     core = pol.core
     core.reserve(objects)
-    stored = np.zeros(0 if objects_mode else objects, dtype=np.int64)  # bytes: the cache's table
+    stored = memoryview(array("q", bytes(0 if objects_mode else 8 * objects)))  # bytes: the cache's table
     if progress is None:
         from aicache.progress import progress_enabled
 
@@ -383,7 +390,7 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_m
     with progress_bar(st.requests, f"{policy} on {os.path.basename(src.path)}", enabled=progress) as bar:
         batches = (iter(st.kept) if st.kept is not None
                    else _slot_batches(src, st.slots, batch_size))
-        for dense, sizes in batches:
+        for dense, sizes, total in batches:
             if objects_mode:
                 h, bh, ev, _, used = slotcore.replay(core, dense, sizes, cap, used)
             else:
@@ -391,7 +398,7 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_m
             hits += h
             bytes_hit += bh
             evictions += ev
-            bytes_total += int(sizes.sum())
+            bytes_total += total
             bar.advance(len(dense))
     wall = time.perf_counter() - t0
     n = st.requests

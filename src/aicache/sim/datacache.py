@@ -15,6 +15,14 @@ Cost model (every system gets exactly the same one):
   what a miss costs; a prefetch starts when a slot frees up. At most ``prefetch_inflight``
   prefetched blocks may be queued or in flight; further requests are dropped (counted).
   This *fetch budget* is identical for every system, the clairvoyant bound included.
+* **Shared tier** (optional, :class:`SharedTierCost`; the engine's ``shared_cache``) — a
+  local miss first asks the tier: a block it holds costs ``shared.ms + size / shared.bw``
+  and no origin request (``shared_hits``, ``shared_bytes``); one it lacks costs the tier's
+  round trip *plus* the origin's (``shared.ms + miss_ms + size / remote_bw``), and is in
+  the tier from then on (its write is modelled as instant; the tier is unbounded within a
+  job, as a lifecycle-bounded store is). ``warm``: the tier holds every block from the start
+  (a warmup, or other nodes' earlier epochs). Prefetches pay the same costs. A shared hit is
+  a local miss: it is no hit in the CHR, as in the engine.
 * **A read of a block in flight** waits only for the rest of that fetch, then costs a hit.
   A prefetch still *queued* (not started) does not make a read wait: the read fetches on
   demand and the queued prefetch is wasted (its slot time is still spent).
@@ -53,6 +61,22 @@ STREAM_ABOVE = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
+class SharedTierCost:
+    """The shared tier under the local cache: its round trip, its bandwidth per fetch, and
+    whether it holds every block from the start."""
+
+    ms: float = 5.0
+    bw: float = 1000.0 * MiB
+    warm: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.ms, (int, float)) and math.isfinite(self.ms) and self.ms >= 0):
+            raise BadInput(f"--shared-ms {self.ms!r} must be a non-negative number of milliseconds")
+        if not (self.bw > 0):
+            raise BadInput(f"shared tier bandwidth {self.bw!r} must be positive bytes/s")
+
+
+@dataclass(frozen=True, slots=True)
 class CostModel:
     """Latencies and the fetch budget. Defaults: the seed's 2 ms hit / 250 ms S3 miss."""
 
@@ -61,6 +85,8 @@ class CostModel:
     remote_bw: float = 200.0 * MiB  # bytes/s per remote fetch
     prefetch_slots: int = 16
     prefetch_inflight: int = 64
+    #: the shared tier under the local cache (None: none, every local miss is an origin fetch)
+    shared: SharedTierCost | None = None
 
     def __post_init__(self) -> None:
         for k in ("hit_ms", "miss_ms"):
@@ -318,14 +344,20 @@ def simulate_datacache(
     system_params: dict[str, Any] | None = None,
     grader: ChironGrader | None = None,
     block_overhead: int = 0,
+    block_align: int = 1,
+    block_extra: int = 0,
+    shared: SharedTierCost | None = None,
 ) -> DataCacheResult:
     """Replay ``workload`` through ``system`` with a cache of ``cache_size`` bytes.
 
     ``workload``: a :class:`BlockWorkload`, a block-trace path (8 loader workers), or a
     workload name (generated at ``scale``).
     ``system``: a name for :func:`~aicache.datacache.policy.registry.make_system` or an instance.
+    ``shared``: a shared tier under the cache (overrides ``cost``'s; see the module doc).
     ``block_overhead``: bytes each stored block costs beyond its payload in the budget
-    (0; a real store's header size models the engine's store exactly).
+    (0; a real store's header size models the engine's store exactly, with
+    ``block_align`` its allocation unit: each block's cost is rounded up to it, and
+    ``block_extra`` its index row).
     ``cache_size``: bytes, a size string (``1GiB``, ``25%`` of the dataset) or None for the
     workload's seed budget.
     ``grader``: the observer that grades a Chiron run against the phase labels (a fresh
@@ -351,7 +383,10 @@ def simulate_datacache(
         cm = CostModel(hit_ms if hit_ms is not None else cm.hit_ms,
                        miss_ms if miss_ms is not None else cm.miss_ms,
                        remote_bw if remote_bw is not None else cm.remote_bw,
-                       cm.prefetch_slots, cm.prefetch_inflight)
+                       cm.prefetch_slots, cm.prefetch_inflight, cm.shared)
+    if shared is not None:
+        cm = CostModel(cm.hit_ms, cm.miss_ms, cm.remote_bw, cm.prefetch_slots,
+                       cm.prefetch_inflight, shared)
     if isinstance(system, str):
         params = dict(system_params or {})
         if system == "clairvoyant":
@@ -372,7 +407,8 @@ def simulate_datacache(
 
     sysobj.use_metadata(wl.file_extents().get, file_of)
     try:
-        return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead),
+        return _run(wl, SystemDriver(sysobj, block_size, capacity=capacity, overhead=block_overhead,
+                                  align=block_align, extra=block_extra),
                     sysname, capacity, cm, grader if grader.attach(sysobj) else None)
     finally:
         sysobj.close()
@@ -390,6 +426,15 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     hit_s = cm.hit_ms / 1000.0
     miss_s = cm.miss_ms / 1000.0
     bw = float(cm.remote_bw)
+    # the shared tier: the blocks it holds (None: no tier), its round trip and bandwidth
+    tier: set[int] | None = None
+    sh_s = sh_bw = 0.0
+    if cm.shared is not None:
+        sh_s, sh_bw = cm.shared.ms / 1000.0, float(cm.shared.bw)
+        tier = (set() if not cm.shared.warm
+                else set(range(len(wl.block_size_of))) if isinstance(wl.block_size_of, list)
+                else set(wl.block_size_of))
+    shared_hits = shared_bytes = 0
     pf_cap = cm.prefetch_inflight
     units = wl.units
     bsize_of = wl.block_size_of
@@ -485,8 +530,17 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
                             del inflight[b]
                             pf_pending -= 1
                         resident = False
-                        lat = miss_s + size / bw
-                        remote += size
+                        if tier is None:
+                            lat = miss_s + size / bw
+                            remote += size
+                        elif b in tier:
+                            lat = sh_s + size / sh_bw
+                            shared_hits += 1
+                            shared_bytes += size
+                        else:  # the tier's round trip, then the origin; the tier has it after
+                            lat = sh_s + miss_s + size / bw
+                            remote += size
+                            tier.add(b)
                         inflight[b] = (now + lat, False, now)
                         seq += 1
                         heappush(arrivals, (now + lat, seq, b))
@@ -510,14 +564,23 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
                         start = pslots[0]
                         if start < now:
                             start = now
-                        done = start + miss_s + psize / bw
+                        if tier is None:
+                            done = start + miss_s + psize / bw
+                            remote += psize
+                        elif p in tier:
+                            done = start + sh_s + psize / sh_bw
+                            shared_hits += 1
+                            shared_bytes += psize
+                        else:
+                            done = start + sh_s + miss_s + psize / bw
+                            remote += psize
+                            tier.add(p)
                         heapreplace(pslots, done)
                         inflight[p] = (done, True, start)
                         seq += 1
                         heappush(arrivals, (done, seq, p))
                         pf_pending += 1
                         prefetched += 1
-                        remote += psize
                 io_wait += lat
                 heapreplace(workers, now + lat + cpt)
         end = max(workers) if workers else clock
@@ -537,6 +600,10 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     pf_used = driver.prefetch_used
     evictions = driver.evictions
     calls = int(st.get("advisor_calls", 0))
+    extra = {k: v for k, v in st.items() if k not in
+             ("advisor_calls", "advisor_tokens", "diagnosis_accuracy", "switches")}
+    if tier is not None:
+        extra.update(shared_hits=shared_hits, shared_bytes=shared_bytes)
     return DataCacheResult(
         system=sysname, workload=wl.name, cache_size_bytes=capacity, requests=n,
         chr=hits / n if n else 0.0, jct_seconds=clock,
@@ -545,8 +612,6 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
         advisor_tokens=int(st.get("advisor_tokens", 0)),
         diagnosis_accuracy=st.get("diagnosis_accuracy"), switches=int(st.get("switches", 0)),
         phases=phases, hits=hits, late_prefetch_reads=late, prefetch_dropped=dropped,
-        evictions=evictions, rejected=rejected, io_wait_seconds=io_wait,
-        extra={k: v for k, v in st.items() if k not in
-               ("advisor_calls", "advisor_tokens", "diagnosis_accuracy", "switches")},
+        evictions=evictions, rejected=rejected, io_wait_seconds=io_wait, extra=extra,
     )
 

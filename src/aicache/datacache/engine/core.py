@@ -44,6 +44,12 @@ Threads and guarantees:
 * Remote errors/timeouts: ``retries`` retries with exponential backoff, then
   :class:`RemoteReadError` (an ``OSError``, EIO) to the caller; a short or failed fetch is
   never cached.
+* Shared tier (``shared=``, :mod:`aicache.datacache.shared`): a block the store does not
+  hold is read from the shared tier when it has an intact copy, else from the remote (the
+  origin), and an origin block is then queued for the tier's writer. A shared hit is still
+  a local miss to the system (it decides local admission as for any fetch) and in
+  ``misses``; ``remote_bytes`` counts origin bytes only. The tier's calls are bounded in
+  time and back off after failures, so it never fails or stalls a read.
 * Local disk full (ENOSPC): the read returns the fetched bytes uncached; ``aicache_enospc``
   counts it and one warning is logged.
 * Consistency: a file's version is its target's strongest identity (ETag, generation,
@@ -91,8 +97,11 @@ from aicache.datacache.policy.driver import (
     make_engine_system,
 )
 from aicache.datacache.policy.system import DataCacheSystem
+from aicache.datacache.shared import SharedTier, SharedTierSpec
 from aicache.datacache.store import (
+    ALLOC_UNIT,
     HEADER_SIZE,
+    INDEX_ROW,
     BlockKey,
     Put,
     StoreFull,
@@ -121,6 +130,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                  params: EngineParams | None = None,
                  record: Callable[[float, str, int, int], None] | None = None,
                  root: str = "", daemon: DaemonMode | bool | str = False,
+                 shared: SharedTierSpec | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.params = p = params or EngineParams()
         self._clock = clock
@@ -148,10 +158,14 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         else:
             self.policy = SystemDriver[BlockKey](
                 make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
-                p.block_size, capacity=self.store.capacity, overhead=HEADER_SIZE)
+                p.block_size, capacity=self.store.block_capacity,
+                overhead=HEADER_SIZE, align=ALLOC_UNIT, extra=INDEX_ROW)
             # file extents from the block map, as the simulator gives its block table
             self.policy.system.use_metadata(self._extent_of_unit, self._unit_of_block)
         self.metrics = EngineMetrics(self._snapshot)
+        #: the cache level under the local store, shared by the cluster's nodes (None: none)
+        self.shared: SharedTier | None = (
+            None if shared is None else SharedTier(shared, p.block_size, self.metrics))
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()
         self.store.on_evict = lambda: self.metrics.evictions.inc()
@@ -235,6 +249,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         m = self.store.mapped
         s["mapped_bytes"], s["mapped_blocks"] = m.mapped_bytes, len(m)
         s["mapped_stale_dropped"] = m.dropped_stale
+        if self.shared is not None:
+            s["shared_write_queue"] = self.shared.queue_depth
         return s
 
     # -- reads --------------------------------------------------------------------------------
@@ -577,7 +593,11 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         out: dict[str, Any] = {k: self.metrics.value(k) for k in (
             "hits", "misses", "hit_bytes", "remote_bytes", "prefetch_issued", "prefetch_used",
             "prefetch_wasted", "prefetch_dropped", "evictions", "rejected", "corrupt_blocks",
-            "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone")}
+            "misplaced_blocks", "enospc", "remote_retries", "remote_errors", "versions_gone",
+            "shared_hits", "shared_hit_bytes", "shared_misses", "shared_rejects",
+            "shared_errors", "shared_skipped", "shared_writes", "shared_write_drops")}
+        if self.shared is not None:
+            out["shared_write_queue"] = self.shared.queue_depth
         out.update(blocks=st.blocks, used_bytes=st.used_bytes, capacity_bytes=st.capacity_bytes,
                    block_size=st.block_size, policy=self.policy_name)
         return out
@@ -591,6 +611,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self._writer.shutdown(wait=True)
         if self._io_pool is not None:
             self._io_pool.shutdown(wait=False, cancel_futures=True)
+        if self.shared is not None:  # after the readers: what they fetched is queued by now
+            self.shared.close()
         if self.counters is not None:
             self.counters.close()
         try:

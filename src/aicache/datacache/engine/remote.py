@@ -1,5 +1,6 @@
 """The engine's remote client: bounded retries with backoff, an optional per-request
-timeout, and fetches pinned to a file's version."""
+timeout, and fetches pinned to a file's version — from the shared tier when it holds the
+block (:mod:`aicache.datacache.shared`), else from the origin."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.metrics import EngineMetrics
+from aicache.datacache.shared import SharedTier
 from aicache.datacache.version import VersionGone, VersionScheme
 
 class RemoteReadError(OSError):
@@ -31,6 +34,8 @@ class RemoteClient:
     _io_pool: cf.ThreadPoolExecutor | None
     _lock: threading.Lock
     _meta: dict[str, tuple[FileMeta, float]]
+    shared: SharedTier | None
+    _file_blocks: Callable[[FileMeta], FileBlocks]
 
     def _remote(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the remote with bounded retries + exponential backoff (+ optional timeout)."""
@@ -82,6 +87,21 @@ class RemoteClient:
         return data
 
     def _fetch(self, meta: FileMeta, idx: int) -> bytes:
+        """Block ``idx`` of ``meta`` from below the local store: the shared tier when it
+        holds an intact copy, else the origin (and the block is then offered to the shared
+        tier's writer, off this reader's path)."""
+        shared = self.shared
+        if shared is None:
+            return self._fetch_origin(meta, idx)
+        key = self._file_blocks(meta).key(idx)
+        data = shared.get(key, min(self.block_size, meta.size - idx * self.block_size))
+        if data is not None:
+            return data
+        data = self._fetch_origin(meta, idx)
+        shared.offer(key, data)
+        return data
+
+    def _fetch_origin(self, meta: FileMeta, idx: int) -> bytes:
         start = idx * self.block_size
         end = min(meta.size, start + self.block_size)
 

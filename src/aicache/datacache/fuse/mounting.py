@@ -15,6 +15,7 @@ from aicache.datacache.fuse.binding import fuse_available, splice_supported
 from aicache.datacache.fuse.kernel import splice_request_bytes
 from aicache.datacache.fuse.lowlevel import DEFAULT_TIMEOUT_S, LowLevelSession
 from aicache.datacache.fuse.ops import CacheFuse
+from aicache.datacache.shared import SharedTierSpec
 
 log = logging.getLogger("aicache.fuse")
 
@@ -28,7 +29,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
           record: Callable[[float, str, int, int], None] | None = None,
           kernel_cache: bool = False, readahead_kb: int | None = None,
           direct_io: bool = False, fuse_api: str = "auto", allow_other: bool = False,
-          uid: int | None = None, gid: int | None = None) -> None:
+          uid: int | None = None, gid: int | None = None,
+          shared: SharedTierSpec | None = None) -> None:
     """Mount ``target:root`` read-only at ``mountpoint``; returns after unmount (SIGINT/
     SIGTERM/SIGHUP or ``fusermount3 -u``; the low-level driver's own handlers wake its
     loop, see :meth:`.lowlevel.LowLevelSession._stop_on_signals`).
@@ -57,6 +59,8 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
     mounting user, as Mountpoint's ``--uid``/``--gid``); modes stay 0444/0555, so other
     users can read only with ``allow_other``.
 
+    ``shared``: the shared tier under the local cache (:mod:`aicache.datacache.shared`).
+
     ``fuse_api``: ``lowlevel`` (:mod:`.lowlevel`: one thread answers local requests
     inline, workers the rest), ``highlevel`` (:mod:`.highlevel`: libfuse's path API and
     thread pool), or ``auto`` (low-level where supported: libfuse 3 before 3.17)."""
@@ -78,7 +82,7 @@ def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size
 
     def factory() -> CacheEngine:
         return CacheEngine(target, cache_dir, cache_size, policy=policy, advisor=advisor,
-                           params=params, record=record, root=root)
+                           params=params, record=record, root=root, shared=shared)
 
     def on_init(engine: CacheEngine) -> None:
         if metrics_port is not None:

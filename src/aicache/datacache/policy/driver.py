@@ -169,17 +169,27 @@ class SystemDriver(Generic[K]):
     """A DataCacheSystem plus the state every driver of one keeps (see module docstring).
 
     ``capacity``: the budget in bytes (the system's own capacity when None); ``overhead``:
-    what each stored block costs beyond its payload (a real store's header), so that the
-    driver's arithmetic is the store's. ``resident`` maps a block to that cost; ``used``
+    what each stored block costs beyond its payload (a real store's header), ``align``
+    the unit that cost is rounded up to (the store's allocation unit), and ``extra`` what
+    it costs besides its file (its index row), so that the driver's arithmetic is the
+    store's. ``resident`` maps a block to that cost; ``used``
     is their sum.
     """
 
     def __init__(self, system: DataCacheSystem, block_size: int, *, capacity: int | None = None,
-                 overhead: int = 0) -> None:
+                 overhead: int = 0, align: int = 1, extra: int = 0) -> None:
         self.system = system
         self.map = BlockMap(block_size)
         self.capacity = int(capacity if capacity is not None else getattr(system, "capacity", 0))
         self.overhead = overhead
+        if align < 1:
+            raise ValueError(f"align={align!r} must be >= 1")
+        self.align = align
+        self.extra = extra
+        #: how much more room the system believes it has than this budget (the store's
+        #: index reserve, :func:`~aicache.datacache.store.block_budget`): added to the
+        #: ``used`` the system is told, so that its "full" is the budget's
+        self._slack = int(getattr(system, "capacity", self.capacity) or self.capacity) - self.capacity
         self.resident: dict[int, int] = {}
         self.keys: dict[int, K] = {}
         self.used = 0
@@ -224,9 +234,10 @@ class SystemDriver(Generic[K]):
         if used < self.used:
             used = self.used
         system = self.system
-        cost = size + self.overhead
+        cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
         cap = self.capacity
-        if cost > cap or not system.admit(unit, bid, size, used, now):
+        # the system counts blocks at their cost, as the budget does
+        if cost > cap or not system.admit(unit, bid, cost, used + self._slack, now):
             return Admission.REJECTED
         while used + cost > cap and res:
             v = system.victim(now)
@@ -242,7 +253,7 @@ class SystemDriver(Generic[K]):
                 system.on_prefetch_wasted(v, now)
             if victims is not None:
                 victims.append(Victim(v, k, wasted))
-        if system.on_insert(unit, bid, size, now, prefetched) is False:
+        if system.on_insert(unit, bid, cost, now, prefetched) is False:
             return Admission.DECLINED
         res[bid] = cost
         self.keys[bid] = key
@@ -287,9 +298,9 @@ class SystemDriver(Generic[K]):
                 hit = source is not Source.REMOTE
                 if not hit:  # the store lost it
                     self.drop(bid)
-            elif source is Source.STORE and self.system.on_insert(unit, bid, size, now,
-                                                                   False) is not False:
-                cost = size + self.overhead
+            elif source is Source.STORE and self.system.on_insert(
+                    unit, bid, cost := -(-(size + self.overhead) // self.align) * self.align + self.extra,
+                    now, False) is not False:
                 res[bid] = cost
                 self.keys[bid] = key
                 self.used += cost

@@ -16,12 +16,13 @@ import hashlib
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
-from typing import Any, BinaryIO, ClassVar, Union
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Union
 
 from aicache.errors import BadInput, TraceFormatError
 from aicache.traces.base import KVRequest, RequestBatch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_BATCH = 65536
 _U64 = 1 << 64
@@ -120,12 +121,17 @@ def read_header(f: io.TextIOWrapper, path: str) -> tuple[int, list[str] | None]:
     for line in f:
         no += 1
         if line.strip():
-            try:
-                return no, next(csv.reader([line]))
-            except csv.Error as exc:
-                why = _TOO_LONG if "field limit" in str(exc) else str(exc)
-                raise TraceFormatError(path, no, why) from None
+            return no, parse_header(line, path, no)
     return no, None
+
+
+def parse_header(line: str, path: str, no: int) -> list[str]:
+    """Line ``no`` of ``path`` (a csv header, or a first record) parsed as csv."""
+    try:
+        return next(csv.reader([line]))
+    except csv.Error as exc:
+        why = _TOO_LONG if "field limit" in str(exc) else str(exc)
+        raise TraceFormatError(path, no, why) from None
 
 
 def csv_rows(src: TraceSource, first: int, lines: list[str],
@@ -190,6 +196,8 @@ def first_seen_codes(col: Iterable[str], codes: dict[str, int], names: list[str]
 
 def u64_column(col: Iterable[str]) -> np.ndarray:
     """Decimal strings → uint64; ValueError/OverflowError on anything else."""
+    import numpy as np
+
     return np.asarray(list(map(int, col)), dtype=np.uint64)
 
 
@@ -231,6 +239,13 @@ class TraceSource:
     # -- iteration --------------------------------------------------------------------
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
         raise NotImplementedError
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        """(ids as uint64, sizes as int64, the sizes' sum) per chunk of requests: all the
+        simulator's slot pre-pass reads. Here from :meth:`batches`; a reader with a
+        compiled parser gives typed arrays without numpy (which then is not imported)."""
+        for b in self.batches(batch_size):
+            yield from general_id_sizes(b)
 
     def requests(self) -> Iterator[KVRequest]:
         raise BadInput(
@@ -277,9 +292,20 @@ class KVSource(TraceSource):
             yield make_batch(ts, ids, sizes)
 
 
+def general_id_sizes(b: RequestBatch) -> Iterator[tuple[Column, Column, int]]:
+    """A batch's item of :meth:`TraceSource.id_sizes` (none for an empty batch)."""
+    import numpy as np
+
+    if len(b):
+        yield (np.ascontiguousarray(b.obj_id, dtype=np.uint64),
+               np.ascontiguousarray(b.obj_size, dtype=np.int64), int(b.obj_size.sum()))
+
+
 #: a column as the readers build it: a Python list or an already-typed numpy array
-IntColumn = Union[Sequence[int], np.ndarray]
-FloatColumn = Union[Sequence[float], np.ndarray]
+IntColumn = Union[Sequence[int], "np.ndarray"]
+FloatColumn = Union[Sequence[float], "np.ndarray"]
+#: a typed column the slot pre-pass reads: a numpy array, or a memoryview of an ``array``
+Column = Union["np.ndarray", memoryview]
 
 
 def make_batch(
@@ -292,6 +318,8 @@ def make_batch(
     op: IntColumn | None = None,
 ) -> RequestBatch:
     """Python column lists → a :class:`RequestBatch` with the documented dtypes."""
+    import numpy as np
+
     return RequestBatch(
         timestamp=np.asarray(ts, dtype=np.float64),
         obj_id=np.asarray(ids, dtype=np.uint64),

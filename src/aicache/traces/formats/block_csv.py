@@ -16,7 +16,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import IO
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import Phase, RequestBatch
@@ -92,6 +95,8 @@ class _Columns:
     def fast(self, cols: list[list[str]], codes: dict[str, int], names: list[str]) -> _Parsed | None:
         """Column-wise conversion of a clean chunk; None if any value is off (the chunk is
         then parsed row by row, which finds and reports the bad record)."""
+        import numpy as np
+
         n = len(cols[0])
         try:
             ts = list(map(float, cols[self.t]))

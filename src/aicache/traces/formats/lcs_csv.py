@@ -21,13 +21,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
 from aicache.errors import BadInput
-from aicache.traces.base import NEVER, RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, FloatColumn, IntColumn, TraceSource, fmt_time, line_chunks,
-                                            csv_rows, make_batch, open_text, parse_id, read_header,
-                                            split_columns, u64_column)
+from aicache.traces.base import NEVER
+from aicache.traces.base import RequestBatch
+from aicache.traces.formats._common import (DEFAULT_BATCH, Column, FloatColumn, IntColumn, TraceSource, fmt_time,
+                                            general_id_sizes, line_chunks, csv_rows, make_batch, open_text,
+                                            parse_header, parse_id, read_header, split_columns, u64_column)
+from aicache.traces.formats import _fastparse
+from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_columns, text_lines
 
 NAME = "lcs-csv"
 ALIASES = {
@@ -72,7 +73,83 @@ class LcsCsvSource(TraceSource):
     format = NAME
 
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield from chunk.batches(batch_size)
+            else:
+                yield chunk
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        if not _fastparse.compiled:
+            yield from super().id_sizes(batch_size)
+            return
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                if len(chunk):
+                    yield chunk.id_sizes()
+            else:
+                yield from general_id_sizes(chunk)
+
+    def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
+        """The file's requests: a chunk the compiled parser read whole, or the general
+        path's batches of the chunk it refused."""
         self._start()
+        cols: _Columns | None = None
+        no = 0  # lines before the chunk
+        for buf, end in byte_chunks(self.path):
+            if cols is None:  # the header is in the first chunk holding a non-blank line
+                found = self._header(buf, end, no)
+                if found is None:  # a lone CR before the header: read it all as text
+                    yield from self._text_batches(batch_size)
+                    return
+                cols, start, no = found
+                if cols is None:
+                    continue
+                del buf[:start]
+                end -= start
+            fast = fast_columns(buf, end, cols.width, cols.id, cols.t, cols.s, cols.n, cols.vt)
+            if fast is not None:
+                cols.vt += len(fast)
+                no += len(fast)
+                yield fast
+                continue
+            lines = text_lines(buf, end)
+            for s in range(0, len(lines), batch_size):
+                yield from cols.batch(self, no + s + 1, lines[s:s + batch_size])
+            no += len(lines)
+        self._finish()
+
+    def _header(self, buf: bytearray, end: int, no: int) -> tuple[_Columns | None, int, int] | None:
+        """The columns named by the chunk's first non-blank line (None where the chunk is
+        blank), the offset where the records start (the header's next line, or the line
+        itself where it is a record) and the lines before that offset; None where a lone CR
+        ends a line (which only the text reader splits as it does)."""
+        pos = 0
+        while pos < end:
+            nl = buf.find(b"\n", pos, end)
+            stop = end if nl < 0 else nl + 1
+            raw = bytes(buf[pos:stop])
+            body = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw
+            if b"\r" in body:
+                return None
+            no += 1
+            line = body.decode("utf-8", errors="replace") + ("\n" if nl >= 0 else "")
+            if line.strip():
+                first = parse_header(line, self.path, no)
+                pos_, has_header = columns(first)
+                if "obj_id" not in pos_:
+                    raise BadInput(
+                        f"{self.path}: record {no}: lcs-csv header {','.join(first)!r} names "
+                        "no object id column; name one obj_id, id or key"
+                    )
+                if has_header:
+                    return _Columns(pos_, len(first)), stop, no
+                return _Columns(pos_, len(first)), pos, no - 1
+            pos = stop
+        return None, end, no
+
+    def _text_batches(self, batch_size: int) -> Iterator[RequestBatch]:
+        """The whole file through the text reader (universal newlines) and the general path."""
         with open_text(self.path) as f:
             hline, first = read_header(f, self.path)
             if first is None:
@@ -89,13 +166,7 @@ class LcsCsvSource(TraceSource):
             if not has_header:  # the first line is a record
                 chunks = _prepend((hline, [",".join(first)]), chunks)
             for no, lines in chunks:
-                split = split_columns(lines, cols.width)
-                out = None if split is None else cols.fast(split)
-                if out is None:
-                    out = cols.slow(self, no, lines)
-                if len(out[1]):
-                    cols.vt += len(out[1])
-                    yield make_batch(*out)
+                yield from cols.batch(self, no, lines)
         self._finish()
 
 
@@ -117,9 +188,21 @@ class _Columns:
         self.width = width
         self.vt = 0  # requests so far: the timestamp when the file has no time column
 
+    def batch(self, src: TraceSource, no: int, lines: list[str]) -> Iterator[RequestBatch]:
+        """The general path over one chunk of lines, the first being line ``no``."""
+        split = split_columns(lines, self.width)
+        out = None if split is None else self.fast(split)
+        if out is None:
+            out = self.slow(src, no, lines)
+        if len(out[1]):
+            self.vt += len(out[1])
+            yield make_batch(*out)
+
     def fast(self, cols: list[list[str]]) -> _Parsed | None:
         """Column-wise conversion of a clean chunk of decimal ids; None sends the chunk to
         :meth:`slow` (hashed ids, bad values)."""
+        import numpy as np
+
         k = len(cols[0])
         try:
             ids = u64_column(cols[self.id])
@@ -163,11 +246,16 @@ class _Columns:
                         v = NEVER
                     elif v < NEVER:
                         raise ValueError(f"next_access_vtime {v} is below -1")
+                    elif v > _INT64_MAX:
+                        raise ValueError(f"next_access_vtime {v} is above 2**63 - 1")
             except ValueError as exc:
                 bad(no, f"bad field ({exc})")
                 continue
             if s < 0:
                 bad(no, f"negative size {s}")
+                continue
+            if s > _INT64_MAX:
+                bad(no, f"size {s} is above 2**63 - 1")
                 continue
             raw = row[self.id].strip()
             ids.append(int(raw) if raw.isdigit() and len(raw) < 20 else parse_id(raw))

@@ -8,13 +8,17 @@ uint64 (blake2b-8). Blank lines are skipped; surrounding whitespace and CR are i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from aicache.errors import BadInput
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, TraceSource, line_chunks, make_batch,
-                                            open_text, parse_id, u64_column)
+from aicache.traces.formats import _fastparse
+from aicache.traces.formats._common import (DEFAULT_BATCH, Column, TraceSource, general_id_sizes,
+                                            make_batch, parse_id, u64_column)
+from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_ids, text_lines
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAME = "lcs-txt"
 
@@ -25,19 +29,51 @@ class LcsTxtSource(TraceSource):
     format = NAME
 
     def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield from chunk.batches(batch_size)
+            else:
+                yield chunk
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        if not _fastparse.compiled:
+            yield from super().id_sizes(batch_size)
+            return
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                if len(chunk):
+                    yield chunk.id_sizes()
+            else:
+                yield from general_id_sizes(chunk)
+
+    def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
+        """The file's requests: a chunk the compiled parser read whole, or the general
+        path's batches of the chunk it refused."""
         self._start()
         vt = 0
-        with open_text(self.path) as f:
-            for _, lines in line_chunks(f, 1, batch_size):
-                ids: np.ndarray | list[int] | None = _decimal_ids(lines)
-                if ids is None:  # blank lines, spaces inside an id, non-decimal ids
-                    ids = [parse_id(s) for s in map(str.strip, lines) if s]
-                    if not ids:
-                        continue
-                k = len(ids)
-                yield make_batch(list(range(vt, vt + k)), ids, [1] * k)
-                vt += k
+        for buf, end in byte_chunks(self.path):
+            fast = fast_ids(buf, end, vt)
+            if fast is not None:
+                vt += len(fast)
+                yield fast
+                continue
+            lines = text_lines(buf, end)
+            for s in range(0, len(lines), batch_size):
+                for batch in self._parse(lines[s:s + batch_size], vt):
+                    vt += len(batch)
+                    yield batch
         self._finish()
+
+    @staticmethod
+    def _parse(lines: list[str], vt: int) -> Iterator[RequestBatch]:
+        """The general path over one chunk of lines (requests from ``vt`` on)."""
+        ids: np.ndarray | list[int] | None = _decimal_ids(lines)
+        if ids is None:  # blank lines, spaces inside an id, non-decimal ids
+            ids = [parse_id(s) for s in map(str.strip, lines) if s]
+            if not ids:
+                return
+        k = len(ids)
+        yield make_batch(list(range(vt, vt + k)), ids, [1] * k)
 
 
 def _decimal_ids(lines: list[str]) -> np.ndarray | None:
