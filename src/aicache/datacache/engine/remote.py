@@ -65,8 +65,9 @@ class RemoteClient:
                                  f"{p.retries + 1} attempts: {type(last).__name__}: {last}")
 
     def _fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``meta``'s version (pages of a sparse read), through the
-        retries; a version gone drops ``meta`` as :meth:`_fetch` does."""
+        """Bytes ``[start, end)`` of ``meta``'s version from the origin (a block, or the
+        pages of a sparse read), through the retries; a version gone drops ``meta`` so that
+        the next open asks the remote for the current one."""
 
         def get(_what: str) -> bytes:
             data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
@@ -103,23 +104,4 @@ class RemoteClient:
 
     def _fetch_origin(self, meta: FileMeta, idx: int) -> bytes:
         start = idx * self.block_size
-        end = min(meta.size, start + self.block_size)
-
-        def get(_what: str) -> bytes:
-            data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
-            if len(data) != end - start:
-                raise OSError(f"short read: {len(data)} of {end - start} bytes")
-            return data
-
-        get.__name__ = "cat_file"
-        try:
-            data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
-        except VersionGone:
-            # this version is gone: the next open asks the remote for the current one
-            self.metrics.versions_gone.inc()
-            with self._lock:
-                if self._meta.get(meta.path, (None,))[0] == meta:
-                    del self._meta[meta.path]
-            raise
-        self.metrics.remote_bytes.inc(len(data))
-        return data
+        return self._fetch_range(meta, start, min(meta.size, start + self.block_size))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicache.traces.formats import _fastparse
-from aicache.traces.formats._common import FIELD_LIMIT, open_binary, read_exact
+from aicache.traces.formats._common import (DEFAULT_BATCH, FIELD_LIMIT, Column, TraceSource,
+                                             general_id_sizes, open_binary, read_exact)
 
 if TYPE_CHECKING:
     from aicache.traces.base import RequestBatch
@@ -67,6 +68,33 @@ class FastChunk:
             n = len(self.ids)
             return self.ids, memoryview(array("q", [1]) * n), n
         return self.ids, self.sizes, int(_fastparse.total(self.sizes))
+
+
+class ChunkedTextSource(TraceSource):
+    """A text trace read in byte chunks: each one the compiled parser read whole (a
+    :class:`FastChunk`) or the general path's batches of a chunk it refused. Subclasses
+    give :meth:`_chunks`; the batches and the simulator's id/size columns come from it."""
+
+    def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                yield from chunk.batches(batch_size)
+            else:
+                yield chunk
+
+    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
+        if not _fastparse.compiled:
+            yield from super().id_sizes(batch_size)
+            return
+        for chunk in self._chunks(batch_size):
+            if isinstance(chunk, FastChunk):
+                if len(chunk):
+                    yield chunk.id_sizes()
+            else:
+                yield from general_id_sizes(chunk)
 
 
 def zeros(code: str, n: int) -> memoryview:

@@ -24,11 +24,10 @@ from collections.abc import Iterable, Iterator
 from aicache.errors import BadInput
 from aicache.traces.base import NEVER
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats._common import (DEFAULT_BATCH, Column, FloatColumn, IntColumn, TraceSource, fmt_time,
-                                            general_id_sizes, line_chunks, csv_rows, make_batch, open_text,
-                                            parse_header, parse_id, read_header, split_columns, u64_column)
-from aicache.traces.formats import _fastparse
-from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_columns, text_lines
+from aicache.traces.formats._common import (FloatColumn, IntColumn, TraceSource, csv_rows, fmt_time,
+                                            line_chunks, make_batch, open_text, parse_header, parse_id,
+                                            read_header, split_columns, u64_column)
+from aicache.traces.formats._textchunks import ChunkedTextSource, FastChunk, byte_chunks, fast_columns, text_lines
 
 NAME = "lcs-csv"
 ALIASES = {
@@ -67,28 +66,10 @@ def columns(first_row: list[str]) -> tuple[dict[str, int], bool]:
     return pos, True
 
 
-class LcsCsvSource(TraceSource):
+class LcsCsvSource(ChunkedTextSource):
     """Streams a libCacheSim csv file as :class:`RequestBatch` chunks."""
 
     format = NAME
-
-    def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
-        for chunk in self._chunks(batch_size):
-            if isinstance(chunk, FastChunk):
-                yield from chunk.batches(batch_size)
-            else:
-                yield chunk
-
-    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
-        if not _fastparse.compiled:
-            yield from super().id_sizes(batch_size)
-            return
-        for chunk in self._chunks(batch_size):
-            if isinstance(chunk, FastChunk):
-                if len(chunk):
-                    yield chunk.id_sizes()
-            else:
-                yield from general_id_sizes(chunk)
 
     def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
         """The file's requests: a chunk the compiled parser read whole, or the general

@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING
 
 from aicache.errors import BadInput
 from aicache.traces.base import RequestBatch
-from aicache.traces.formats import _fastparse
-from aicache.traces.formats._common import (DEFAULT_BATCH, Column, TraceSource, general_id_sizes,
-                                            make_batch, parse_id, u64_column)
-from aicache.traces.formats._textchunks import FastChunk, byte_chunks, fast_ids, text_lines
+from aicache.traces.formats._common import make_batch, parse_id, u64_column
+from aicache.traces.formats._textchunks import ChunkedTextSource, FastChunk, byte_chunks, fast_ids, text_lines
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,28 +21,10 @@ if TYPE_CHECKING:
 NAME = "lcs-txt"
 
 
-class LcsTxtSource(TraceSource):
+class LcsTxtSource(ChunkedTextSource):
     """Streams an id-per-line file as :class:`RequestBatch` chunks."""
 
     format = NAME
-
-    def batches(self, batch_size: int = DEFAULT_BATCH) -> Iterator[RequestBatch]:
-        for chunk in self._chunks(batch_size):
-            if isinstance(chunk, FastChunk):
-                yield from chunk.batches(batch_size)
-            else:
-                yield chunk
-
-    def id_sizes(self, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[Column, Column, int]]:
-        if not _fastparse.compiled:
-            yield from super().id_sizes(batch_size)
-            return
-        for chunk in self._chunks(batch_size):
-            if isinstance(chunk, FastChunk):
-                if len(chunk):
-                    yield chunk.id_sizes()
-            else:
-                yield from general_id_sizes(chunk)
 
     def _chunks(self, batch_size: int) -> Iterator[FastChunk | RequestBatch]:
         """The file's requests: a chunk the compiled parser read whole, or the general
