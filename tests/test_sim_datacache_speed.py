@@ -57,7 +57,14 @@ def reference_run(wl: BlockWorkload, system: DataCacheSystem, capacity: int,
     tick = system.tick
     grader = ChironGrader()
     observe = grader.observe_label if grader.attach(system) else None
-    system.use_metadata(wl.file_extents().get)
+    table = wl.block_unit_of
+
+    def file_of(block: int) -> str | None:  # the simulator's block table, as it gives it
+        code = (table[block] if 0 <= block < len(table) else None) if isinstance(table, list) \
+            else table.get(block)
+        return None if code is None else units[int(code)]
+
+    system.use_metadata(wl.file_extents().get, file_of)
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal used, evictions, rejected, pf_pending
