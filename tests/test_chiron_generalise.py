@@ -61,18 +61,22 @@ def test_no_fill_in_the_seed_set_or_under_a_fixed_prefetcher(kw: dict[str, str])
                 without.on_access("d", b, 4, False, float(t), "d/b", 400))
 
 
+def _fill(sys_: ChironSystem, unit: str, blocks: tuple[int, ...], t: float) -> None:
+    """Demand misses of ``blocks`` in ``unit`` at ``t``, each admitted and stored."""
+    for b in blocks:
+        sys_.on_access(unit, b, 1, False, t)
+        assert sys_.admit(unit, b, 1, sys_.used, t)
+        assert sys_.on_insert(unit, b, 1, t, False)
+
+
 def _two_units(executors: str) -> ChironSystem:
     """A 4-block cache: unit ``ckpt`` under the sequential executor holding two read
     blocks, unit ``frames`` under the random executor holding two; the cache is full."""
     sys_ = ChironSystem(4, params=ChironParams(executors=executors))
     sys_.use_metadata({}.get)
     for unit, pattern, blocks in (("ckpt/s", "sequential", (0, 1)), ("frames/x", "random", (100, 101))):
-        u = sys_._unit(unit, 0.0)
-        sys_._switch(u, pattern, 0.0)
-        for b in blocks:
-            sys_.on_access(unit, b, 1, False, 0.0)
-            assert sys_.admit(unit, b, 1, sys_.used, 0.0)
-            assert sys_.on_insert(unit, b, 1, 0.0, False)
+        sys_._switch(sys_._unit(unit, 0.0), pattern, 0.0)
+        _fill(sys_, unit, blocks, 0.0)
     assert sys_.used == 4
     return sys_
 
@@ -93,16 +97,9 @@ def test_a_refusing_unit_takes_the_place_of_a_unit_idle_since_it_took_over() -> 
                                       ("seed", True, False)):
         sys_ = ChironSystem(4, params=ChironParams(executors=executors))
         sys_.use_metadata({}.get)
-        for b in (0, 1):  # the old phase, under the default executor
-            sys_.on_access("old/f", b, 1, False, 0.0)
-            assert sys_.admit("old/f", b, 1, sys_.used, 0.0)
-            sys_.on_insert("old/f", b, 1, 0.0, False)
-        u = sys_._unit("frames/x", 1.0)
-        sys_._switch(u, "random", 1.0)
-        for b in (100, 101):
-            sys_.on_access("frames/x", b, 1, False, 1.5)
-            assert sys_.admit("frames/x", b, 1, sys_.used, 1.5)
-            sys_.on_insert("frames/x", b, 1, 1.5, False)
+        _fill(sys_, "old/f", (0, 1), 0.0)  # the old phase, under the default executor
+        sys_._switch(sys_._unit("frames/x", 1.0), "random", 1.0)
+        _fill(sys_, "frames/x", (100, 101), 1.5)
         if not idle:
             sys_.on_access("old/f", 0, 1, True, 1.8)  # the old phase goes on
         assert sys_.admit("frames/x", 102, 1, 4, 2.0) is admitted, (executors, idle)
@@ -155,12 +152,8 @@ def test_consumed_is_room_needs_consumed_blocks() -> None:
     """With no unit under eager eviction holding a read block, the refusal stands."""
     sys_ = ChironSystem(2, params=ChironParams())
     sys_.use_metadata({}.get)
-    u = sys_._unit("frames/x", 0.0)
-    sys_._switch(u, "random", 0.0)
-    for b in (100, 101):
-        sys_.on_access("frames/x", b, 1, False, 0.0)
-        assert sys_.admit("frames/x", b, 1, sys_.used, 0.0)
-        sys_.on_insert("frames/x", b, 1, 0.0, False)
+    sys_._switch(sys_._unit("frames/x", 0.0), "random", 0.0)
+    _fill(sys_, "frames/x", (100, 101), 0.0)
     assert not sys_.admit("frames/x", 102, 1, 2, 1.0)
 
 

@@ -98,3 +98,16 @@ def test_the_budget_covers_what_small_blocks_take_on_disk(tmp_path) -> None:
         assert sum(st.st_blocks * 512 for st in files) <= store.stats().used_bytes <= cap
     finally:
         store.close()
+
+
+def test_the_engines_driver_charges_what_the_store_charges() -> None:
+    """The policy's budget arithmetic (the engine's and the daemon's driver) is the store's:
+    else the store runs out first and evicts behind the policy's back."""
+    from aicache.datacache.daemon import store_driver
+    from aicache.datacache.policy.registry import make_system
+    from aicache.datacache.store import block_budget
+
+    cap = 64 << 20
+    d = store_driver(make_system("lru", cap, 1 << 20), 1 << 20, cap)
+    assert d.capacity == block_budget(cap)
+    assert all(d.cost(n) == stored_size(n) for n in (0, 1, 4096 - HEADER_SIZE, 4097, 1 << 20, 12345))

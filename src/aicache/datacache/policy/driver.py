@@ -208,6 +208,11 @@ class SystemDriver(Generic[K]):
         return str(self.system.name)
 
     # -- the core (the simulator calls these directly: one thread, no lock) ----------------
+    def cost(self, size: int) -> int:
+        """What a block of ``size`` payload bytes takes of the budget (the store's
+        ``stored_size`` when the driver has the store's overhead, align and extra)."""
+        return -(-(size + self.overhead) // self.align) * self.align + self.extra
+
     def tick(self, now: float) -> None:
         if self._ticks:
             self.system.tick(now)
@@ -234,7 +239,7 @@ class SystemDriver(Generic[K]):
         if used < self.used:
             used = self.used
         system = self.system
-        cost = -(-(size + self.overhead) // self.align) * self.align + self.extra
+        cost = self.cost(size)
         cap = self.capacity
         # the system counts blocks at their cost, as the budget does
         if cost > cap or not system.admit(unit, bid, cost, used + self._slack, now):
@@ -299,7 +304,7 @@ class SystemDriver(Generic[K]):
                 if not hit:  # the store lost it
                     self.drop(bid)
             elif source is Source.STORE and self.system.on_insert(
-                    unit, bid, cost := -(-(size + self.overhead) // self.align) * self.align + self.extra,
+                    unit, bid, cost := self.cost(size),
                     now, False) is not False:
                 res[bid] = cost
                 self.keys[bid] = key
