@@ -33,24 +33,20 @@ known under that name): sparse reads are not read ahead.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from aicache.datacache.engine.blockmap import FileBlocks
-from aicache.datacache.engine.fetch import _Flight
+from aicache.datacache.engine.blockmap import PAGE_TAG, PAGES_SUFFIX, BlockLayout, FileBlocks
+from aicache.datacache.engine.fetch import Flight, Flights
 from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.policy.driver import PolicyPort, Source
+from aicache.datacache.policy.driver import Source
 from aicache.datacache.store import BlockKey, BlockStore
 
-#: separates a version from the page size in a page's key. A version is an ETag, a
-#: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
-#: holds an ASCII record separator, so a page key never equals a block key
-PAGE_TAG = "\x1epage"
-#: what a file's page id range is registered under in the block map (same reason)
-PAGES_SUFFIX = "\x1epages"
+__all__ = ["DENSE_SHARE", "PAGES_SUFFIX", "PAGE_TAG", "PageReader", "ReadStream", "check_page_size",
+           "dense", "fetch_span", "page_range", "streaming"]
+
 #: a piece covering this share of its block is fetched as the whole block
 DENSE_SHARE = 0.8
 
@@ -123,26 +119,40 @@ def check_page_size(page: int, block_size: int) -> int:
     return page
 
 
-class PageReader:
-    """:class:`~aicache.datacache.engine.CacheEngine`'s sparse reads (a mixin: the state
-    lives on the engine; page id ranges in ``_page_ids``, guarded by its ``_lock``)."""
+class PageSink(Protocol):
+    """What a page reader hands back to the engine: each page read is a demand access
+    (told to the policy, recorded), each page fetched goes through admission and the
+    store, and fetches go to the remote (the engine's, which knows about versions gone)."""
 
-    params: EngineParams
-    policy: PolicyPort
-    store: BlockStore
-    metrics: EngineMetrics
-    block_size: int
-    page_size: int
-    _lock: threading.Lock
-    _inflight: dict[BlockKey, _Flight]
-    _page_ids: dict[str, tuple[int, int]]
-    _record: Callable[[float, str, int, int], None] | None
-    _now: Callable[[], float]
-    _file_blocks: Callable[[FileMeta], FileBlocks]
-    _fetch_range: Callable[[FileMeta, int, int], bytes]
-    _insert: Callable[..., bool]
-    _end_flight: Callable[[BlockKey, _Flight], None]
-    _policy_error: Callable[[Exception], None]
+    def now(self) -> float: ...
+
+    def access(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
+               now: float) -> None:
+        """A demand read told to the policy (its prefetch answer is not followed)."""
+
+    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight) -> bool:
+        """A fetched page through admission and the store; True: ``flight`` ends later."""
+
+    def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes: ...
+
+
+class PageReader:
+    """Sparse reads of ``page_size`` pages (see the module docstring): pages of the
+    ``store`` are read, missing ones fetched single-flight through ``flights`` (a wait on
+    another reader's is bounded by :meth:`EngineParams.flight_wait_bound`), their ids from
+    ``layout``; accesses, admission and fetches go through ``sink``."""
+
+    def __init__(self, store: BlockStore, flights: Flights, layout: BlockLayout, sink: PageSink,
+                 metrics: EngineMetrics, params: EngineParams, *, page_size: int) -> None:
+        self.store = store
+        self.flights = flights
+        self.layout = layout
+        self.sink = sink
+        self.metrics = metrics
+        #: ``block_size``, ``sparse_run`` and the bound on waits read as they are now
+        self.params = params
+        self.block_size = params.block_size
+        self.page_size = page_size
 
     def read_sparse(self, meta: FileMeta, start: int, end: int,
                     stream: ReadStream | None) -> bytes | None:
@@ -156,30 +166,14 @@ class PageReader:
         b0 = idx * B
         if dense(start, end, b0, min(b0 + B, meta.size), stream, P, self.params.sparse_run):
             return None
-        fb = self._file_blocks(meta)
+        fb = self.layout.file_blocks(meta)
         key = fb.key(idx)
-        if key in self._inflight or self.store.contains(key):
+        if self.flights.busy(key) or self.store.contains(key):
             return None
         return self._read_pages(meta, fb, start, end)
 
     def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
         return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)
-
-    def _page_base(self, meta: FileMeta) -> int:
-        """The first block id of ``meta``'s pages (registered on first use; anew when the
-        file grew past its range)."""
-        n = max(1, -(-meta.size // self.page_size))
-        have = self._page_ids.get(meta.path)
-        if have is not None and have[1] >= n:
-            return have[0]
-        # the block map gives ceil(size / block_size) ids: ask for n blocks' worth
-        got = self.policy.register([(meta.path + PAGES_SUFFIX, n * self.block_size)])
-        base, count = got[meta.path + PAGES_SUFFIX]
-        with self._lock:
-            if len(self._page_ids) >= 1 << 16:
-                self._page_ids.clear()
-            self._page_ids[meta.path] = (base, count)
-        return base
 
     def _read_pages(self, meta: FileMeta, fb: FileBlocks, start: int, end: int) -> bytes:
         """The bytes ``[start, end)`` from their pages: stored ones read, missing ones
@@ -193,20 +187,17 @@ class PageReader:
             data = self.store.get(self._page_key(meta, j))
             if data is not None:
                 pages[j] = data
-        mine: dict[int, _Flight] = {}
-        theirs: dict[int, _Flight] = {}
+        mine: dict[int, Flight] = {}
+        theirs: dict[int, Flight] = {}
         if len(pages) <= last - first:
-            with self._lock:
-                for j in range(first, last + 1):
-                    if j in pages:
-                        continue
-                    k = self._page_key(meta, j)
-                    flight = self._inflight.get(k)
-                    if flight is None:
-                        flight = mine[j] = _Flight(0, claimed=True)
-                        self._inflight[k] = flight
-                    else:
-                        theirs[j] = flight
+            for j in range(first, last + 1):
+                if j in pages:
+                    continue
+                flight, leader, _ = self.flights.join(self._page_key(meta, j))
+                if leader:
+                    mine[j] = flight
+                else:
+                    theirs[j] = flight
         for j in list(mine):
             # write-behind: the writer may have stored the page (and ended its flight)
             # between the store lookup above and this flight: read it, do not refetch
@@ -216,17 +207,16 @@ class PageReader:
                 flight = mine.pop(j)
                 pages[j] = data
                 flight.future.set_result(data)
-                self._end_flight(k, flight)
+                self.flights.end(k, flight)
         if mine:
             span = fetch_span(min(mine), max(mine), frozenset(j for j in pages if j not in mine))
             assert span is not None
             lo, hi = span
             try:
-                blob = self._fetch_range(meta, lo * P, min(meta.size, (hi + 1) * P))
+                blob = self.sink.fetch_range(meta, lo * P, min(meta.size, (hi + 1) * P))
             except BaseException as exc:
                 for j, flight in mine.items():  # a flight always resolves
-                    flight.future.set_exception(exc)
-                    self._end_flight(self._page_key(meta, j), flight)
+                    self.flights.fail(self._page_key(meta, j), flight, exc)
                 raise
             for j, flight in mine.items():
                 pages[j] = blob[(j - lo) * P:(j - lo + 1) * P]
@@ -235,20 +225,16 @@ class PageReader:
             try:
                 pages[j] = flight.future.result(timeout=self.params.flight_wait_bound())
             except Exception:  # noqa: BLE001 - that fetch failed or is stuck: fetch it here
-                pages[j] = self._fetch_range(meta, j * P, min(meta.size, (j + 1) * P))
-        base = self._page_base(meta)
+                pages[j] = self.sink.fetch_range(meta, j * P, min(meta.size, (j + 1) * P))
+        base = self.layout.page_base(meta, P)
         unit = fb.unit
-        now = self._now()
+        sink = self.sink
+        now = sink.now()
         for j in range(first, last + 1):  # each page one access, in file order
             k = self._page_key(meta, j)
-            size = len(pages[j])
             source = Source.REMOTE if j in mine else Source.FLIGHT if j in theirs else Source.STORE
-            try:  # a page's prefetch answer is not followed: sparse reads are not read ahead
-                self.policy.read(unit, base + j, k, size, source, now)
-            except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
-                self._policy_error(exc)
-            if self._record is not None:
-                self._record(now, unit, base + j, size)
+            # a page's prefetch answer is not followed: sparse reads are not read ahead
+            sink.access(unit, base + j, k, len(pages[j]), source, now)
             if j in mine:
                 self._store_page(unit, base + j, k, pages[j], mine[j])
         if mine or theirs:
@@ -259,13 +245,13 @@ class PageReader:
         s = start - first * P
         return out[s:s + (end - start)]
 
-    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: _Flight) -> None:
+    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight) -> None:
         """A fetched page through admission and the store; ``flight`` (registered by its
         reader) ends once it is written (write-behind) or refused, so until then readers
         of the page take its bytes from the flight."""
         deferred = False
         try:
-            deferred = self._insert(unit, bid, key, data, False, flight)
+            deferred = self.sink.keep(unit, bid, key, data, flight)
         finally:
             if not deferred:
-                self._end_flight(key, flight)
+                self.flights.end(key, flight)
