@@ -194,10 +194,12 @@ class MetadataCache:
 
     def forget_version(self, meta: FileMeta) -> None:
         """The remote no longer holds ``meta``'s version: drop it (unless a newer one is
-        cached already), so that the next open asks the remote for the current one."""
+        cached already) and the path's ``info`` record (which a stat would otherwise take
+        its version from again), so that the next open asks the remote for the current one."""
         with self._lock:
             if self._meta.get(meta.path, (None,))[0] == meta:
                 del self._meta[meta.path]
+            self._info.pop(meta.path, None)
 
     def known(self, path: str) -> FileMeta | None:
         """The metadata cached for the stripped ``path``, however old (None: none)."""
@@ -360,10 +362,19 @@ class MetadataCache:
             name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
             if name:
                 self._remember_info(f"{base}/{name}", e, since)
+        folder = self.remote.strip(path).rstrip("/")
+        files: list[tuple[str, int]] = []
         with self._lock:
             if len(self._lists) >= 1 << 14:  # bounded: a cleared listing is asked again
                 self._lists.clear()
             self._lists[path] = (entries, since)
+            # the folder's listing for the block map too (unless the root is found whole):
+            # its files' stats need no second listing
+            if folder not in self._listed and not (self._root and self._list_root):
+                self._listed.add(folder)
+                files = self._adopt_listing(((e.get("name", ""), e) for e in entries), since)
+        if files:
+            self.registry.register(files)
         return entries
 
     def find(self, path: str, maxdepth: int | None = None,
