@@ -13,7 +13,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicache.integrations.chunk_tier import ChunkGeometry, SlabChunkStore, StoreKey
+from aicache.integrations.chunk_tier import (
+    AdmissionGate, ChunkGeometry, Offer, SlabChunkStore, StoreKey, make_admission,
+)
 from aicache.kv.models import BlockGeometry
 
 NAMESPACES = ("a-one", "a-two", "b-other")  # the tier's prefix is "a-"
@@ -102,7 +104,7 @@ def test_recovered_chunks_are_those_left_under_the_prefix(tmp_path) -> None:  # 
     store.close()
     again = SlabChunkStore(tmp_path, 4 * 8192, 100, slab_bytes=8192)
     try:
-        assert sorted(again.recovered("a-")) == sorted(items[:2])
+        assert sorted(sk for sk, _ in again.recovered("a-")) == sorted(items[:2])
         dst = np.zeros(100, np.uint8)
         assert again.read(items[0], dst) and np.array_equal(dst, chunk(items[0], 100))
     finally:
@@ -113,3 +115,34 @@ def test_chunk_geometry_is_a_block_geometry() -> None:
     g: BlockGeometry = ChunkGeometry(101)
     assert (g.block_tokens, g.kv_bytes_per_token, g.block_bytes, g.hybrid) == (1, 101, 101, False)
     assert not hasattr(g, "__dict__")
+
+
+def test_the_gates_counters_are_the_stores_node_and_survive_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One home for E/R: the gate's node becomes the store's node when the chunk is
+    written, reads do not count a reuse on it (the gate does), and the slab header gives
+    the counters back after a restart (as of the write)."""
+    sk = key(0, 9)
+    store = SlabChunkStore(tmp_path, 4 * 8192, 100, slab_bytes=8192)
+    gate = AdmissionGate(make_admission("E2"), 100)
+    assert not gate.offer(sk, Offer(now=0.0))  # first offer: E = 0, E2 declines
+    gate.reference(sk, 1.0)
+    gate.reference(sk, 2.0)
+    assert gate.offer(sk, Offer(now=3.0))      # offered again: E = 1, E + 1 ≥ 2
+    ev = gate.evidence(sk)
+    assert ev is not None and (ev.E, ev.R) == (1, 2)
+    out = store.write([(sk, chunk(sk, 100))], "a-", {sk: ev})
+    assert out.ok == [sk]
+    assert store.store.index.tree.match(sk[0], [sk[1]]) == [ev]
+    dst = np.zeros(100, np.uint8)
+    assert store.read(sk, dst) and store.read(sk, dst)
+    assert (ev.E, ev.R) == (1, 2)               # reads counted nothing
+    store.close()
+    again = SlabChunkStore(tmp_path, 4 * 8192, 100, slab_bytes=8192)
+    try:
+        ((got_sk, got_ev),) = again.recovered("a-")
+        assert got_sk == sk and (got_ev.E, got_ev.R) == (1, 2)
+        gate2 = AdmissionGate(make_admission("E2"), 100)
+        gate2.learn(got_sk, got_ev)
+        assert gate2.reference(sk, 0.0) and gate2.evidence(sk) is got_ev and got_ev.R == 3
+    finally:
+        again.close()

@@ -136,6 +136,21 @@ def test_insert_resuming_after_a_match_builds_the_same_tree(
             n.path() for n in plain.nodes(ns))
 
 
+def test_attach_links_a_detached_node_and_respects_a_held_one() -> None:
+    t = RadixTree()
+    (old,) = t.insert(A, [5], 0.0)              # metadata only: superseded by attach
+    mine = RadixNode(5, None, 1)
+    mine.E, mine.R = 2, 3
+    assert t.attach(A, mine) is mine
+    assert t.match(A, [5]) == [mine] and old.parent is None and len(t) == 1
+    assert RadixTree.namespace_of(mine) == A and mine.depth == 1
+    assert t.attach(A, mine) is mine            # already there: nothing changes
+    t.set_location(mine, KVObject.KV, Tier.SSD, True)
+    other = RadixNode(5, None, 1)
+    assert t.attach(A, other) is mine           # a node holding a copy is kept
+    assert t.match(A, [5]) == [mine] and other.parent is None
+
+
 def test_a_reclaimed_node_has_no_namespace() -> None:
     t = RadixTree(window=1.0)
     (n,) = t.insert(A, [1], 0.0)

@@ -28,6 +28,13 @@ share two pieces:
   :class:`ChunkGeometry` (opaque bytes), not a model's. A write learns from the store's
   :class:`~aicache.kvstore.store.StoreOutcome` what it did and which chunks it evicted.
 
+SARIA's evidence has one home: the gate's node for a chunk *is* the store's block node
+once the chunk is written (:meth:`SlabChunkStore.write` links it into the store's tree),
+so the slab header persists the gate's ``E``/``R`` and a restart hands the same counters
+back to the gate (:meth:`SlabChunkStore.recovered`, :meth:`AdmissionGate.learn`). The
+store never counts on these nodes itself (no DRAM tier: no eviction boundary; reads do
+not count a reuse — the gate counts the engine's requests).
+
 Neither piece is thread-safe: an adapter calls them from one thread or under one lock.
 """
 
@@ -66,13 +73,15 @@ def digest32(key: bytes) -> bytes:
     return key if len(key) <= 32 else hashlib.blake2b(key, digest_size=32).digest()
 
 
-#: SARIA's counters (``E``, ``R``) for a chunk the gate knows, held or not: a metadata-only
-#: radix node (one chunk, no parent), the object the index's admissions read
+#: SARIA's counters (``E``, ``R``) for a chunk the gate knows, held or not: a radix node,
+#: the object the index's admissions read — detached until the chunk is written, then the
+#: store's node for it (module docstring)
 Evidence = RadixNode
 
 
 def new_evidence(sk: StoreKey) -> Evidence:
-    return RadixNode(sk, None, 1)
+    """A detached node keyed by the chunk's hash, as the store's tree keys it."""
+    return RadixNode(sk[1], None, 1)
 
 
 @dataclass(slots=True)
@@ -327,10 +336,11 @@ class AdmissionGate:
     def evidence(self, sk: StoreKey) -> Evidence | None:
         return self._ev.get(sk)
 
-    def learn(self, sk: StoreKey) -> None:
-        """Know ``sk`` without an offer (a chunk recovered from the SSD)."""
+    def learn(self, sk: StoreKey, ev: Evidence | None = None) -> None:
+        """Know ``sk`` without an offer (a chunk recovered from the SSD, with ``ev`` the
+        counters its slab header kept)."""
         if sk not in self._ev:
-            self._ev[sk] = new_evidence(sk)
+            self._ev[sk] = ev if ev is not None else new_evidence(sk)
             while len(self._ev) > self.capacity:
                 self._ev.popitem(last=False)
 
@@ -418,34 +428,42 @@ class SlabChunkStore:
         ssd = self.store.ssd
         return ssd.n_slots if ssd is not None else 0
 
-    def recovered(self, ns_prefix: str) -> list[StoreKey]:
+    def recovered(self, ns_prefix: str) -> list[tuple[StoreKey, Evidence]]:
         """Chunks on the SSD under namespaces starting with ``ns_prefix`` (after a restart:
-        what a previous process left). Other namespaces are never reported."""
+        what a previous process left), each with its node — the counters its header kept,
+        for :meth:`AdmissionGate.learn`. Other namespaces are never reported."""
         tree = self.store.index.tree
-        out: list[StoreKey] = []
+        out: list[tuple[StoreKey, Evidence]] = []
         for ns in tree.namespaces():  # once, at open: the namespaces a restart found
             if not str(ns).startswith(ns_prefix):
                 continue
             root = tree.root(ns)
             for key, node in ((root.children or {}).items() if root is not None else ()):
                 if node.kv_loc & _SSD and isinstance(key, bytes):
-                    out.append((str(ns), key))
+                    out.append(((str(ns), key), node))
         return out
 
     def holds(self, sk: StoreKey) -> bool:
         """Whether chunk ``sk`` is on the SSD (no reuse counted)."""
         return self.store.lookup(sk[0], [sk[1]], begin=False).hit_blocks == 1
 
-    def write(self, items: Sequence[tuple[StoreKey, np.ndarray]], ns_prefix: str) -> WriteOutcome:
+    def write(self, items: Sequence[tuple[StoreKey, np.ndarray]], ns_prefix: str,
+              evidence: Mapping[StoreKey, Evidence] | None = None) -> WriteOutcome:
         """Persist ``items`` (each a chunk's flat uint8 bytes) and wait for the writes. A
         chunk the store does not hold once they are done (its write failed, or a later
         item's write evicted it) is in ``failed``; ``dropped`` lists the chunks of
-        ``ns_prefix`` namespaces the SSD LRU gave up for room and not held at the end."""
+        ``ns_prefix`` namespaces the SSD LRU gave up for room and not held at the end.
+        ``evidence[sk]``: the gate's node for chunk ``sk``, which becomes the store's
+        node (its header persists those counters)."""
         store = self.store
+        tree = store.index.tree
         out = WriteOutcome()
         outcomes: list[StoreOutcome] = []
         try:
             for sk, data in items:
+                ev = evidence.get(sk) if evidence is not None else None
+                if ev is not None:
+                    tree.attach(sk[0], ev)
                 outcomes.append(store.store(sk[0], [sk[1]], [data]))
             store.settle(*outcomes)  # the writes ran on the store's I/O pool
             broken = False
@@ -472,7 +490,7 @@ class SlabChunkStore:
         error; ``dst`` then holds no promise."""
         store = self.store
         try:
-            plan = store.lookup(sk[0], [sk[1]])
+            plan = store.lookup(sk[0], [sk[1]], count_reuse=False)  # the gate counts reuse
         except Exception:  # noqa: BLE001
             return False
         try:

@@ -198,6 +198,41 @@ class RadixTree:
         self.touch(out, now)
         return out
 
+    def attach(self, ns: Namespace, node: RadixNode) -> RadixNode:
+        """Link a detached node (no parent, no children: e.g. counters kept for a block
+        before it is stored, or a node reclaimed earlier) under ``ns``'s root as block
+        ``node.key``, and return the node now there. A node of that key already there
+        that holds no copy, no pin and no child is unlinked first (``node``'s counters
+        supersede its metadata); one that does is kept and returned instead."""
+        root = self._roots.get(ns)
+        if root is None:
+            root = self._roots[ns] = RadixNode(ns, None)
+        if node.parent is root:
+            return node
+        if node.parent is not None or node.children:
+            raise ValueError(f"attach: {node!r} is already in a tree or has children")
+        ch = root.children
+        if ch is None:
+            ch = root.children = {}
+        old = ch.get(node.key)
+        if old is not None:
+            if old.resident or old.pins or old.children:
+                return old
+            if old._listed:
+                self._list_unlink(old)
+            old._parked = False
+            del ch[old.key]
+            old.parent = None
+            self._size -= 1
+        node.parent = root
+        node.depth = 1
+        node._parked = False
+        ch[node.key] = node
+        self._size += 1
+        if not node.resident and not node._listed:
+            self._list_append(node)
+        return node
+
     def touch(self, path: Sequence[RadixNode], now: float) -> None:
         """Mark a path reused/recomputed at ``now`` (restarts its metadata window)."""
         for n in reversed(path):  # leaf first: parents end up later in the list

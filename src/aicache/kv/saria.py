@@ -332,9 +332,11 @@ class KVIndex:
         plan.checkpoint, plan.checkpoint_source = ck_node, ck_src
         return plan
 
-    def begin(self, plan: ReloadPlan, now: float) -> Moves:
+    def begin(self, plan: ReloadPlan, now: float, *, count_reuse: bool = True) -> Moves:
         """A request starts reading ``plan``: pin its path, count reuse (R_b), refresh
-        recency, and start prewrites for blocks whose R_b reached θ_R."""
+        recency, and start prewrites for blocks whose R_b reached θ_R. Without
+        ``count_reuse`` R_b is left alone (a driver whose caller counts reuse itself: an
+        engine tier's gate, whose counters these nodes are)."""
         moves = Moves()
         if not plan.nodes:
             return moves
@@ -347,8 +349,9 @@ class KVIndex:
         pol, ssd_lru = self.policy, self.ssd_lru
         adm, prewrite = self.adm, self.p.prewrite and self.ssd_capacity > 0
         for n, src in zip(plan.nodes, plan.sources):
-            n.R += 1
-            adm.on_reference(n, now)
+            if count_reuse:
+                n.R += 1
+                adm.on_reference(n, now)
             n.t_reuse = now
             if src is Tier.DRAM:
                 n.t_access = now

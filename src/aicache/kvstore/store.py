@@ -354,10 +354,11 @@ class TieredKVStore:
 
     # ------------------------------------------------------------------ read path
     def lookup(self, namespace: str, block_hashes: Sequence[Hashable], now: float | None = None,
-               *, begin: bool = True) -> ReloadPlan:
+               *, begin: bool = True, count_reuse: bool = True) -> ReloadPlan:
         """The reload plan for a prompt (a source per block of the longest reusable prefix,
         DRAM and SSD interleaving). With ``begin`` (default) the request starts: the path
-        is pinned until :meth:`finish_request`, R_b counted, prewrites issued."""
+        is pinned until :meth:`finish_request`, R_b counted (unless ``count_reuse`` is
+        False: the caller counts reuse on these nodes itself), prewrites issued."""
         encode_namespace(namespace)
         self._poll_writes()
         t = self._t(now)
@@ -368,7 +369,7 @@ class TieredKVStore:
         if begin:
             c.hit_blocks_dram += plan.dram_blocks
             c.hit_blocks_ssd += plan.ssd_blocks
-            moves = self.index.begin(plan, t)
+            moves = self.index.begin(plan, t, count_reuse=count_reuse)
             self._open[id(plan)] = plan
             self._apply(moves, {})
         return plan
