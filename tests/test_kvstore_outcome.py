@@ -116,6 +116,29 @@ def test_a_failed_write_is_reported_failed_once_settled(tmp_path) -> None:  # ty
         store.close()
 
 
+def test_a_failure_collected_by_a_later_call_is_still_this_calls(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every write fails; the second call's entry collects the first call's failure (it
+    forgets the copy then) — settle still reports each call's own write as FAILED."""
+    store = make(tmp_path, 0, 8, "full-duplicate")
+    assert store.ssd is not None
+
+    def broken(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    store.ssd._write = broken  # type: ignore[method-assign]
+    try:
+        with pytest.warns(RuntimeWarning, match="SSD write failed"):
+            first = store.store("m", [1], [pay(1)], now=0.0)
+            store.ssd.drain()  # the first write has failed before the next call
+            second = store.store("other", [2], [pay(2)], now=1.0)
+            store.settle(first, second)
+        assert first.ssd == [SSDWrite.FAILED] and second.ssd == [SSDWrite.FAILED]
+        assert on_ssd(store) == set()
+        store.check()
+    finally:
+        store.close()
+
+
 def test_an_evicted_block_is_named_after_its_metadata_is_reclaimed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """One SSD slot, a 1 s metadata window: storing B at t=10 evicts A, whose node the
     same call reclaims (idle 10 s, no copy left) — the outcome still names A."""

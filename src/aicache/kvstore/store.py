@@ -175,6 +175,9 @@ class StoreOutcome:
     ssd: list[SSDWrite]
     ssd_evicted: list[BlockName]
     moves: Moves
+    #: the call's SSD writes, for :meth:`TieredKVStore.settle` (a failure may be collected
+    #: by a later call's poll, so the outcome keeps its own futures)
+    writes: dict[RadixNode, Future[Any]] = field(default_factory=dict, repr=False)
 
     def on_ssd(self, i: int) -> bool:
         """Block ``i`` has an SSD copy (written by the call or held before it)."""
@@ -557,14 +560,16 @@ class TieredKVStore:
     def _after_store(self, views: list[np.ndarray | None], moves: Moves,
                      new_blocks: int) -> StoreOutcome:
         path = moves.stored
+        first = len(self._writes)  # _apply only appends: the call's writes follow
         self._apply(moves, {n: v for n, v in zip(path, views) if v is not None})
+        writes = {n: fut for n, _, fut in self._writes[first:]}
         c = self.counters
         c.stores += 1
         c.stored_blocks += new_blocks
         written = set(moves.ssd_writes)
         fates = [SSDWrite.WRITTEN if n in written and n.kv_loc & _SSD
                  else SSDWrite.HELD if n.kv_loc & _SSD else SSDWrite.REFUSED for n in path]
-        return StoreOutcome(path, fates, [self._name(n) for n in moves.ssd_drops], moves)
+        return StoreOutcome(path, fates, [self._name(n) for n in moves.ssd_drops], moves, writes)
 
     def _name(self, n: RadixNode) -> BlockName:
         """A block's (namespace, hash); the store recorded the namespace of every block
@@ -580,12 +585,11 @@ class TieredKVStore:
         failed :attr:`SSDWrite.FAILED`."""
         if self.ssd is not None:
             self.ssd.drain()
-        lost = self._poll_writes(wait=True)
-        if not lost:
-            return
+        self._poll_writes(wait=True)
         for out in outcomes:
             for i, n in enumerate(out.blocks):
-                if out.ssd[i] is SSDWrite.WRITTEN and n in lost:
+                fut = out.writes.get(n) if out.ssd[i] is SSDWrite.WRITTEN else None
+                if fut is not None and fut.exception() is not None:
                     out.ssd[i] = SSDWrite.FAILED
 
     def release(self, plan: ReloadPlan) -> None:
@@ -665,11 +669,9 @@ class TieredKVStore:
             self._fence[dram_slot] = fut
         self._writes.append((n, slot, fut))
 
-    def _poll_writes(self, wait: bool = False) -> set[RadixNode]:
-        """Collect finished SSD writes; a full disk stops admissions (with a warning).
-        Returns the blocks whose SSD copy a failed write lost."""
+    def _poll_writes(self, wait: bool = False) -> None:
+        """Collect finished SSD writes; a full disk stops admissions (with a warning)."""
         keep: list[tuple[RadixNode, int, Future[Any]]] = []
-        lost: set[RadixNode] = set()
         for n, slot, fut in self._writes:
             if not wait and not fut.done():
                 keep.append((n, slot, fut))
@@ -684,9 +686,7 @@ class TieredKVStore:
                               RuntimeWarning, stacklevel=3)
             if self._sslot.get(n) == slot:
                 self._lose(n, Tier.SSD)
-                lost.add(n)
         self._writes = keep
-        return lost
 
     def _stop_admissions(self, why: str) -> None:
         if not self.counters.admissions_stopped:
