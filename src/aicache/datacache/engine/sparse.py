@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.fetch import _Flight
@@ -47,6 +48,7 @@ from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort, Source
 from aicache.datacache.shared import SharedTier
 from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.version import VersionScheme
 
 #: separates a version from the page size in a page's key. A version is an ETag, a
 #: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
@@ -153,6 +155,8 @@ class PageReader:
     block_size: int
     page_size: int
     shared: SharedTier | None
+    target: Any
+    versions: VersionScheme
     _lock: threading.Lock
     _inflight: dict[BlockKey, _Flight]
     _page_ids: dict[str, tuple[int, int]]
@@ -160,6 +164,7 @@ class PageReader:
     _now: Callable[[], float]
     _file_blocks: Callable[[FileMeta], FileBlocks]
     _fetch_range: Callable[[FileMeta, int, int], bytes]
+    _remote: Callable[..., Any]
     _insert: Callable[..., bool]
     _end_flight: Callable[[BlockKey, _Flight], None]
     _policy_error: Callable[[Exception], None]
@@ -228,6 +233,51 @@ class PageReader:
             if span is not None:
                 out.append((span[0] * P, min(meta.size, (span[1] + 1) * P)))
         return out
+
+    def _read_first_page(self, path: str) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` and first page from one request, where the target's version
+        scheme can (:meth:`~aicache.datacache.version.VersionScheme.read_first`); None:
+        it cannot (nothing was asked then), or the answer did not tell (ask ``info``)."""
+        if not self.page_size or not self.versions.reads_carry_info:
+            return None
+        P = self.page_size
+
+        def get_first_page(_what: str) -> tuple[dict[str, Any], bytes] | None:
+            return self.versions.read_first(self.target, path, P)
+
+        got: tuple[dict[str, Any], bytes] | None = self._remote(get_first_page, path)
+        if got is not None:
+            self.metrics.remote_bytes.inc(len(got[1]))
+        return got
+
+    def keep_first_page(self, meta: FileMeta, data: bytes) -> None:
+        """Store ``data``, the first bytes of ``meta``'s version fetched with its metadata
+        by an open (:meth:`_read_first_page`), as a read of them would have: as block 0 when
+        it is the whole file, else as page 0. Admitted as a prefetch (no reader has asked
+        for it yet), single-flight as any fetch: until written, its bytes are served from
+        its flight. Nothing is stored when the store holds it already or it is short."""
+        P = self.page_size
+        if not P or len(data) != min(P, meta.size):
+            return
+        fb = self._file_blocks(meta)
+        if meta.size <= P:
+            key, bid = fb.key(0), fb.base
+        else:
+            key, bid = self._page_key(meta, 0), self._page_base(meta)
+        if self.store.contains(key):
+            return
+        with self._lock:
+            if key in self._inflight:
+                return
+            flight = self._inflight[key] = _Flight(0, claimed=True)
+        flight.future.set_result(data)
+        self.metrics.prefetch_issued.inc()
+        deferred = False
+        try:
+            deferred = self._insert(fb.unit, bid, key, data, True, flight)
+        finally:
+            if not deferred:
+                self._end_flight(key, flight)
 
     def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
         return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)
