@@ -227,6 +227,10 @@ def test_s3_versioned_bucket_open_is_pinned_by_the_version_its_first_page_named(
             assert f.read() == old[BLOCK + 1:]  # the opened version, to the end
         with fs.open(path) as f:
             assert f.read() == new
+        before, got = s3.requests.snapshot(), s3.requests.get_bytes
+        with fs.open(path) as f:  # a file seen before (TTL 0: asked again): a HEAD, no
+            assert f.read() == new  # first-page GET (its page may well be held: it is)
+        assert (s3.requests.snapshot() - before, s3.requests.get_bytes - got) == ({"head": 1}, 0)
     finally:
         fs.close()
 

@@ -80,10 +80,11 @@ class MetadataCache:
         (readers such as zarr probe for files that do not exist on every open); a fresh
         ``info`` or listing record of the file answers without a request.
 
-        ``first_page`` (an open): when the stat must ask the remote and the target's range
-        reads carry size and version (S3), ask with a GET of the file's first page instead
-        of a HEAD, and keep the page (:meth:`~.sparse.PageReader.keep_first_page`): one
-        request, as before, of which most readers use the bytes (a format's header)."""
+        ``first_page`` (an open): when the stat must ask the remote about a file this
+        engine has no record of, however old, and the target's range reads carry size and
+        version (S3), ask with a GET of the file's first page instead of a HEAD, and keep
+        the page (:meth:`~.sparse.PageReader.keep_first_page`): one request, as before, of
+        which most readers use the bytes (a format's header)."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -134,6 +135,9 @@ class MetadataCache:
             info, asked = known
         else:
             self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+            # a file seen before (its record expired): its first page is likely stored
+            # already, so a HEAD (no bytes) asks whether its version is still current
+            first_page = first_page and known is None and path not in self._meta
             try:
                 first = self._read_first_page(path) if first_page else None
                 info = first[0] if first is not None else self._remote(self.target.info, path)
