@@ -191,7 +191,6 @@ class S3Scheme(VersionScheme):
                 raise VersionGone(path, version, "overwritten") from exc
             raise
 
-
     def read_first(self, fs: AbstractFileSystem, path: str,
                    length: int) -> tuple[dict[str, Any], bytes] | None:
         """A GET of ``bytes=0-(length-1)`` answers with the object's size (the total of its

@@ -17,9 +17,9 @@ from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import SharedTier
 from aicache.datacache.version import VersionGone, VersionScheme
 
-#: ranges fetched ahead, in one request, for the read running in this thread
-#: (:meth:`~aicache.datacache.engine.sparse.PageReader.fetch_pieces_together`): a list of
-#: (engine, meta, start, bytes); a fetch of that read's pieces inside one is sliced from it
+#: ranges fetched ahead, one request each, for the read running in this thread
+#: (:meth:`~aicache.datacache.engine.sparse.PageReader.pieces_fetched_together`): a tuple
+#: of (engine, meta, start, bytes); a fetch of that read's pieces inside one is sliced from it
 FETCHED_AHEAD = threading.local()
 
 
@@ -75,7 +75,8 @@ class RemoteClient:
         pages of a sparse read), through the retries; a version gone drops ``meta`` so that
         the next open asks the remote for the current one. A range this thread's read
         fetched ahead (:data:`FETCHED_AHEAD`) is sliced, not asked for again."""
-        for owner, m, s0, blob in getattr(FETCHED_AHEAD, "spans", ()):
+        spans: tuple[tuple[object, FileMeta, int, bytes], ...] = getattr(FETCHED_AHEAD, "spans", ())
+        for owner, m, s0, blob in spans:
             if owner is self and m == meta and s0 <= start and end <= s0 + len(blob):
                 return blob[start - s0:end - s0]
 

@@ -195,15 +195,16 @@ class PageReader:
         a sparse piece, decided as :meth:`read_sparse` decides) are fetched with one GET per
         run of adjacent ones, not one each (a tensor that ends just past a block boundary:
         its block and the tail's pages together). The pieces' own fetches are then sliced
-        from those bytes in this thread (:func:`~.remote.FETCHED_AHEAD`); a piece whose fetch turns
-        out to lie outside them (another reader stored or fetched something meanwhile)
-        fetches as before. Not with a shared tier: a block it holds is read from there."""
-        runs = [] if self.shared is not None else joined_runs(self._piece_ranges(meta, start, end, stream))
+        from those bytes in this thread (:data:`~.remote.FETCHED_AHEAD`); a piece whose
+        fetch turns out to lie outside them (another reader stored or fetched something
+        meanwhile) fetches as before. Not with a shared tier: a block it holds is read
+        from there."""
+        runs = [] if self.shared is not None else joined_runs(
+            self._piece_ranges(meta, start, end, stream))
         if not runs:
             yield
             return
-        spans = [(self, meta, s, self._fetch_range(meta, s, e)) for s, e in runs]
-        FETCHED_AHEAD.spans = spans
+        FETCHED_AHEAD.spans = tuple((self, meta, s, self._fetch_range(meta, s, e)) for s, e in runs)
         try:
             yield
         finally:
