@@ -78,6 +78,11 @@ class FakeRemote:
                 if p.startswith(path.rstrip("/") + "/")}
 
 
+    def read_first(self, path: str, page: int) -> tuple[dict[str, Any], bytes] | None:
+        self.calls["read_first"] += 1
+        return None  # a target whose range reads tell no metadata
+
+
 class FakeRegistry:
     """The block layout as the metadata cache sees it (``FileRegistry``)."""
 

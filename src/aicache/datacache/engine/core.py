@@ -79,6 +79,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -178,10 +179,6 @@ class CacheEngine:
         self.remote = RemoteClient(target, self.versions, self.metrics, retries=p.retries,
                                    backoff_s=p.backoff_s, request_timeout_s=p.request_timeout_s,
                                    io_workers=max(4, 2 * p.max_prefetch))
-        #: stats, ``info``/``ls``/``find`` of the target, reused for ``metadata_ttl_s``
-        self.metadata = MetadataCache(self.remote, self.versions, self.layout,
-                                      ttl_s=p.metadata_ttl_s, block_size=p.block_size,
-                                      clock=clock, root=self._root, list_root=p.list_root)
         #: fetches in flight and the prefetch pool (``sync_prefetch``: prefetches queued by
         #: the current read, run before it returns)
         self.flights = Flights(max_prefetch=p.max_prefetch,
@@ -190,7 +187,12 @@ class CacheEngine:
         self.shared: SharedTier | None = (
             None if shared is None else SharedTier(shared, p.block_size, self.metrics))
         self.pages = PageReader(self.store, self.flights, self.layout, self, self.metrics, p,
-                                page_size=self._page_size)
+                                page_size=self._page_size, join_pieces=self.shared is None)
+        #: stats, ``info``/``ls``/``find`` of the target, reused for ``metadata_ttl_s``
+        self.metadata = MetadataCache(self.remote, self.versions, self.layout,
+                                      ttl_s=p.metadata_ttl_s, block_size=p.block_size,
+                                      clock=clock, root=self._root, list_root=p.list_root,
+                                      first_pages=self.pages, page_size=self._page_size)
         #: what the front ends (fsspec files, FUSE handles) read through
         self.reader = BlockReader(self, self.store, self.layout, self.metrics, p,
                                   page_size=self._page_size)
@@ -240,6 +242,7 @@ class CacheEngine:
     @page_size.setter
     def page_size(self, page: int) -> None:
         self._page_size = self.pages.page_size = self.reader.page_size = page
+        self.metadata.page_size = page
 
     @property
     def policy_name(self) -> str:
@@ -250,9 +253,10 @@ class CacheEngine:
         return self._clock() - self._t0
 
     # -- the parts' public calls, as callers know them -----------------------------------------
-    def stat(self, path: str) -> FileMeta:
-        """:meth:`MetadataCache.stat <.meta.MetadataCache.stat>`: size and version of ``path``."""
-        return self.metadata.stat(path)
+    def stat(self, path: str, first_page: bool = False) -> FileMeta:
+        """:meth:`MetadataCache.stat <.meta.MetadataCache.stat>`: size and version of ``path``
+        (``first_page``: an open, which may ask with a GET of the file's first page)."""
+        return self.metadata.stat(path, first_page)
 
     def forget(self, path: str) -> None:
         self.metadata.forget(path)
@@ -313,9 +317,15 @@ class CacheEngine:
         if self._record is not None:
             self._record(now, unit, bid, size)
 
-    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight) -> bool:
+    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight,
+             prefetched: bool = False) -> bool:
         """A fetched page through admission and the store (:meth:`_insert`)."""
-        return self._insert(unit, bid, key, data, False, flight)
+        return self._insert(unit, bid, key, data, prefetched, flight)
+
+    def fetched_ahead(self, meta: FileMeta,
+                      spans: tuple[tuple[int, bytes], ...]) -> AbstractContextManager[None]:
+        """:meth:`RemoteClient.fetched_ahead <.remote.RemoteClient.fetched_ahead>`."""
+        return self.remote.fetched_ahead(meta, spans)
 
     # -- fetches ------------------------------------------------------------------------------
     def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
@@ -403,16 +413,20 @@ class CacheEngine:
             blk = self.read_block_hit(meta, first, e - s, ahead)[0]
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
-        for i in range(first, last + 1):
-            s = max(offset, i * B) - i * B
-            e = min(end, (i + 1) * B) - i * B
-            if paged and (s > 0 or e < min(B, size - i * B)):
-                got = self.read_sparse(meta, i * B + s, i * B + e, stream)
-                if got is not None:
-                    parts.append(got)
-                    continue
-            blk = self.read_block_hit(meta, i, e - s, ahead)[0]
-            parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
+        together: AbstractContextManager[None] = (
+            self.pages.pieces_fetched_together(meta, offset, end, stream) if paged and not ahead
+            else nullcontext())
+        with together:  # a reader that jumps: one GET for its adjacent missing pieces
+            for i in range(first, last + 1):
+                s = max(offset, i * B) - i * B
+                e = min(end, (i + 1) * B) - i * B
+                if paged and (s > 0 or e < min(B, size - i * B)):
+                    got = self.read_sparse(meta, i * B + s, i * B + e, stream)
+                    if got is not None:
+                        parts.append(got)
+                        continue
+                blk = self.read_block_hit(meta, i, e - s, ahead)[0]
+                parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
         return b"".join(parts)
 
     def read_block(self, meta: FileMeta, idx: int, served: int | None = None) -> bytes:

@@ -104,6 +104,14 @@ class Flights:
                 return flight, True, True
         return flight, flight.claim(), False
 
+    def register(self, key: BlockKey) -> Flight | None:
+        """A flight of ``key`` led by this caller; None when ``key`` has one already."""
+        with self._lock:
+            if key in self._inflight:
+                return None
+            flight = self._inflight[key] = Flight(0, claimed=True)
+        return flight
+
     def restart(self, key: BlockKey) -> Flight:
         """A new flight of ``key`` led by this reader (the one it waited on failed)."""
         with self._lock:

@@ -72,6 +72,16 @@ class MetadataSource(Protocol):
     def find(self, path: str, maxdepth: int | None = None,
              withdirs: bool = False) -> dict[str, dict[str, Any]]: ...
 
+    def read_first(self, path: str, page: int) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` and first ``page`` bytes from one request (None: the target
+        cannot, or did not tell: ask ``info``)."""
+
+
+class FirstPages(Protocol):
+    """Who keeps the first page an open fetched with the file's metadata (the page reader)."""
+
+    def keep_first_page(self, meta: FileMeta, data: bytes) -> None: ...
+
 
 class FileRegistry(Protocol):
     """Who gives the files the cache finds their block ranges (the block layout)."""
@@ -87,11 +97,13 @@ class MetadataCache:
     """Metadata of ``remote``'s files, reused for ``ttl_s`` by the ``clock``; files found
     are registered with ``registry``. ``root``/``list_root``: list the whole dataset root
     once (a ``find``) instead of folder by folder. ``block_size`` sizes a stat'ed file's
-    range for the registry."""
+    range for the registry. ``first_pages``: where an open's first page goes, when it asks
+    with one (``page_size`` bytes; 0: never)."""
 
     def __init__(self, remote: MetadataSource, versions: VersionScheme, registry: FileRegistry,
                  *, ttl_s: float, block_size: int, clock: Callable[[], float],
-                 root: str = "", list_root: bool = False) -> None:
+                 root: str = "", list_root: bool = False, first_pages: FirstPages | None = None,
+                 page_size: int = 0) -> None:
         self.remote = remote
         self.versions = versions
         self.registry = registry
@@ -100,6 +112,9 @@ class MetadataCache:
         self._clock = clock
         self._root = root.rstrip("/")
         self._list_root = list_root
+        self.first_pages = first_pages
+        #: the bytes of an open's first-page request (0: opens ask with ``info``)
+        self.page_size = page_size
         self._lock = threading.Lock()
         self._meta: dict[str, tuple[FileMeta, float]] = {}
         #: the target's ``info`` answers (None: no such path) and when they were asked
@@ -115,12 +130,18 @@ class MetadataCache:
         self._mapping: dict[str, threading.Lock] = {}
 
     # -- file metadata (reads) -----------------------------------------------------------------
-    def stat(self, path: str) -> FileMeta:
+    def stat(self, path: str, first_page: bool = False) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
         older than that, since a remote stat bypasses the target's own listing cache). A
         path found missing (or a directory) is remembered as such for the TTL as well
         (readers such as zarr probe for files that do not exist on every open); a fresh
-        ``info`` or listing record of the file answers without a request."""
+        ``info`` or listing record of the file answers without a request.
+
+        ``first_page`` (an open): when the stat must ask the remote about a file this
+        cache has no record of, however old, and the target's range reads carry size and
+        version (S3), ask with a GET of the file's first page instead of a HEAD, and hand
+        the page to ``first_pages``: one request, as before, of which most readers use the
+        bytes (a format's header)."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -131,7 +152,7 @@ class MetadataCache:
             return meta
         parent = path.rsplit("/", 1)[0] if "/" in path else ""
         if parent in self._listed:
-            return self._stat_remote(path, now)
+            return self._stat_remote(path, now, first_page)
         # the first stats of a folder not mapped yet: one of them asks the remote and maps the
         # folder (one listing, whose entries answer the others); concurrent readers of its
         # other files (zarr reads chunks in parallel) wait for that instead of asking too
@@ -144,7 +165,7 @@ class MetadataCache:
                     # a second file of the folder: the listing first (one request, made for
                     # the block map anyway); its entry answers this stat (no HEAD)
                     self.ensure_listed(path)
-                return self._stat_remote(path, now)
+                return self._stat_remote(path, now, first_page)
             finally:
                 with self._lock:
                     if parent in self._listed:
@@ -159,10 +180,11 @@ class MetadataCache:
                 lock = self._mapping[parent] = threading.Lock()
             return lock
 
-    def _stat_remote(self, path: str, now: float) -> FileMeta:
+    def _stat_remote(self, path: str, now: float, first_page: bool = False) -> FileMeta:
         """:meth:`stat` of a stripped ``path`` not in ``_meta``: from a fresh ``_info``
         record, else from the remote; maps the file (:meth:`ensure_mapped`)."""
         info: dict[str, Any] | None
+        first: tuple[dict[str, Any], bytes] | None = None
         known = self._info.get(path)  # an info or listing answer within the TTL
         if known is not None and now - known[1] < self.ttl_s and (
                 known[0] is None or known[0].get("type") == "directory"
@@ -170,8 +192,14 @@ class MetadataCache:
             info, asked = known
         else:
             self.remote.invalidate(path)  # s3fs would answer from a listing of any age
+            # a file seen before (its record expired): its first page is likely stored
+            # already, so a HEAD (no bytes) asks whether its version is still current
+            first_page = (first_page and self.first_pages is not None and known is None
+                          and path not in self._meta)
             try:
-                info, asked = self.remote.info(path), now
+                first = self.remote.read_first(path, self.page_size) if first_page else None
+                info = first[0] if first is not None else self.remote.info(path)
+                asked = now
             except FileNotFoundError:
                 info, asked = None, now
             self._remember_info(path, info, now)
@@ -185,6 +213,8 @@ class MetadataCache:
         self.ensure_mapped(meta)
         with self._lock:
             self._meta[path] = (meta, asked)
+        if first is not None and self.first_pages is not None:
+            self.first_pages.keep_first_page(meta, first[1])
         return meta
 
     def forget(self, path: str) -> None:

@@ -6,8 +6,10 @@ reads pinned to a file's version. It owns no cache state: a version gone is rais
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 from aicache.datacache.engine.meta import FileMeta
@@ -16,6 +18,11 @@ from aicache.datacache.version import VersionGone, VersionScheme
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+#: ranges fetched ahead, one request each, for the read running in this thread
+#: (:meth:`RemoteClient.fetched_ahead`): a tuple of (client, meta, start, bytes); a fetch of
+#: that read's pieces inside one is sliced from it
+FETCHED_AHEAD = threading.local()
 
 #: errors that are answers, not failures: raised at once, never retried
 _ANSWERS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, VersionGone)
@@ -97,10 +104,41 @@ class RemoteClient:
             self.target.find, path, maxdepth=maxdepth, withdirs=withdirs, detail=True)
         return found
 
+    def read_first(self, path: str, page: int) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` and first ``page`` bytes from one request, where the target's
+        version scheme can (:meth:`~aicache.datacache.version.VersionScheme.read_first`);
+        None: it cannot (nothing was asked then), or the answer did not tell (ask ``info``)."""
+        if not page or not self.versions.reads_carry_info:
+            return None
+
+        def get_first_page(_what: str) -> tuple[dict[str, Any], bytes] | None:
+            return self.versions.read_first(self.target, path, page)
+
+        got = self.call(get_first_page, path)
+        if got is not None:
+            self.metrics.remote_bytes.inc(len(got[1]))
+        return got
+
     # -- bytes --------------------------------------------------------------------------------
+    @contextmanager
+    def fetched_ahead(self, meta: FileMeta, spans: tuple[tuple[int, bytes], ...]) -> Iterator[None]:
+        """While inside: :meth:`fetch_range` of ``meta`` in this thread slices a range that
+        lies in one of ``spans`` (start, bytes: fetched ahead) instead of asking for it."""
+        FETCHED_AHEAD.spans = tuple((self, meta, s0, blob) for s0, blob in spans)
+        try:
+            yield
+        finally:
+            FETCHED_AHEAD.spans = ()
+
     def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``meta``'s version (a block, or the pages of a sparse
-        read), through the retries; a short answer is retried, a version gone raised."""
+        read), through the retries; a short answer is retried, a version gone raised. A
+        range this thread's read fetched ahead (:meth:`fetched_ahead`) is sliced, not asked
+        for again."""
+        spans: tuple[tuple[object, FileMeta, int, bytes], ...] = getattr(FETCHED_AHEAD, "spans", ())
+        for owner, m, s0, blob in spans:
+            if owner is self and m == meta and s0 <= start and end <= s0 + len(blob):
+                return blob[start - s0:end - s0]
 
         def get(_what: str) -> bytes:
             data: bytes = self.versions.read(self.target, meta.path, meta.version, meta.pin,

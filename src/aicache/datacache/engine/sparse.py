@@ -33,6 +33,8 @@ known under that name): sparse reads are not read ahead.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,7 +47,7 @@ from aicache.datacache.policy.driver import Source
 from aicache.datacache.store import BlockKey, BlockStore
 
 __all__ = ["DENSE_SHARE", "PAGES_SUFFIX", "PAGE_TAG", "PageReader", "ReadStream", "check_page_size",
-           "dense", "fetch_span", "page_range", "streaming"]
+           "dense", "fetch_span", "joined_runs", "page_range", "streaming"]
 
 #: a piece covering this share of its block is fetched as the whole block
 DENSE_SHARE = 0.8
@@ -111,6 +113,22 @@ def fetch_span(first: int, last: int, present: set[int] | frozenset[int]) -> tup
     return lo, hi
 
 
+def joined_runs(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The unions of the runs of two or more adjacent ranges (each ``(start, end)``, in
+    order, ``start`` ≥ the previous ``end``): what one request each can fetch instead of
+    one per range. A range alone is left out (its own fetch is already one request)."""
+    out: list[tuple[int, int]] = []
+    run_start, run_end, n = -1, -1, 0
+    for s, e in ranges + [(-1, -1)]:
+        if n and s == run_end:
+            run_end, n = e, n + 1
+            continue
+        if n >= 2:
+            out.append((run_start, run_end))
+        run_start, run_end, n = s, e, 1
+    return out
+
+
 def check_page_size(page: int, block_size: int) -> int:
     """``page`` if it is a usable page size for blocks of ``block_size`` (a divisor,
     smaller than the block), else 0 (pages off)."""
@@ -130,20 +148,29 @@ class PageSink(Protocol):
                now: float) -> None:
         """A demand read told to the policy (its prefetch answer is not followed)."""
 
-    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight) -> bool:
+    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight,
+             prefetched: bool = False) -> bool:
         """A fetched page through admission and the store; True: ``flight`` ends later."""
 
     def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes: ...
+
+    def fetched_ahead(self, meta: FileMeta,
+                      spans: tuple[tuple[int, bytes], ...]) -> AbstractContextManager[None]:
+        """While inside, this thread's :meth:`fetch_range` of ``meta`` slices ranges lying
+        in ``spans`` (start, bytes) instead of asking for them."""
 
 
 class PageReader:
     """Sparse reads of ``page_size`` pages (see the module docstring): pages of the
     ``store`` are read, missing ones fetched single-flight through ``flights`` (a wait on
     another reader's is bounded by :meth:`EngineParams.flight_wait_bound`), their ids from
-    ``layout``; accesses, admission and fetches go through ``sink``."""
+    ``layout``; accesses, admission and fetches go through ``sink``. ``join_pieces``:
+    fetch the adjacent pieces of a read that jumps together (:meth:`pieces_fetched_together`;
+    off with a shared tier, whose blocks are read from there)."""
 
     def __init__(self, store: BlockStore, flights: Flights, layout: BlockLayout, sink: PageSink,
-                 metrics: EngineMetrics, params: EngineParams, *, page_size: int) -> None:
+                 metrics: EngineMetrics, params: EngineParams, *, page_size: int,
+                 join_pieces: bool = True) -> None:
         self.store = store
         self.flights = flights
         self.layout = layout
@@ -153,6 +180,7 @@ class PageReader:
         self.params = params
         self.block_size = params.block_size
         self.page_size = page_size
+        self.join_pieces = join_pieces
 
     def read_sparse(self, meta: FileMeta, start: int, end: int,
                     stream: ReadStream | None) -> bytes | None:
@@ -171,6 +199,78 @@ class PageReader:
         if self.flights.busy(key) or self.store.contains(key):
             return None
         return self._read_pages(meta, fb, start, end)
+
+    @contextmanager
+    def pieces_fetched_together(self, meta: FileMeta, start: int, end: int,
+                                stream: ReadStream | None) -> Iterator[None]:
+        """Around the piece-by-piece reading of ``[start, end)`` (spanning blocks) by a
+        reader that jumps: the ranges its pieces will fetch (a whole block, or the pages of
+        a sparse piece, decided as :meth:`read_sparse` decides) are fetched with one GET per
+        run of adjacent ones, not one each (a tensor that ends just past a block boundary:
+        its block and the tail's pages together). The pieces' own fetches are then sliced
+        from those bytes in this thread (:meth:`PageSink.fetched_ahead`); a piece whose
+        fetch turns out to lie outside them (another reader stored or fetched something
+        meanwhile) fetches as before."""
+        runs = joined_runs(self._piece_ranges(meta, start, end, stream)) if self.join_pieces else []
+        if not runs:
+            yield
+            return
+        spans = tuple((s, self.sink.fetch_range(meta, s, e)) for s, e in runs)
+        with self.sink.fetched_ahead(meta, spans):
+            yield
+
+    def _piece_ranges(self, meta: FileMeta, start: int, end: int,
+                      stream: ReadStream | None) -> list[tuple[int, int]]:
+        """The byte range each piece of the read ``[start, end)`` would fetch, in order
+        (none for a piece held or being fetched)."""
+        B, P = self.block_size, self.page_size
+        fb = self.layout.file_blocks(meta)
+        busy, stored = self.flights.busy, self.store.contains
+        out: list[tuple[int, int]] = []
+        for i in range(start // B, (end - 1) // B + 1):
+            b0, b1 = i * B, min((i + 1) * B, meta.size)
+            s, e = max(start, b0), min(end, b1)
+            key = fb.key(i)
+            if busy(key) or stored(key):
+                continue
+            if (s == b0 and e == b1) or dense(s, e, b0, b1, stream, P, self.params.sparse_run):
+                out.append((b0, b1))
+                continue
+            first, last = page_range(s, e, P)
+            held = frozenset(j for j in range(first, last + 1)
+                             if busy(self._page_key(meta, j)) or stored(self._page_key(meta, j)))
+            span = fetch_span(first, last, held)
+            if span is not None:
+                out.append((span[0] * P, min(meta.size, (span[1] + 1) * P)))
+        return out
+
+    def keep_first_page(self, meta: FileMeta, data: bytes) -> None:
+        """Store ``data``, the first bytes of ``meta``'s version fetched with its metadata
+        by an open, as a read of them would have: as block 0 when it is the whole file,
+        else as page 0. Admitted as a prefetch (no reader has asked for it yet),
+        single-flight as any fetch: until written, its bytes are served from its flight.
+        Nothing is stored when the store holds it already or it is short."""
+        P = self.page_size
+        if not P or len(data) != min(P, meta.size):
+            return
+        fb = self.layout.file_blocks(meta)
+        if meta.size <= P:
+            key, bid = fb.key(0), fb.base
+        else:
+            key, bid = self._page_key(meta, 0), self.layout.page_base(meta, P)
+        if self.store.contains(key):
+            return
+        flight = self.flights.register(key)
+        if flight is None:  # being fetched already
+            return
+        flight.future.set_result(data)
+        self.metrics.prefetch_issued.inc()
+        deferred = False
+        try:
+            deferred = self.sink.keep(fb.unit, bid, key, data, flight, True)
+        finally:
+            if not deferred:
+                self.flights.end(key, flight)
 
     def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
         return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)
