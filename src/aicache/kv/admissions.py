@@ -123,9 +123,10 @@ def _shadow_follow(ctx: AdmissionContext) -> SSDAdmission:
     for name in SHADOW_RULES:
         own = WriteBudget(b.bytes_per_s, b.window) if name == "budgeted" else None
         rules.append(make_ssd_admission(name, replace(ctx, budget=own)))
-    return ShadowFollowAdmission(rules, b, ctx.size_of, ctx.ssd_bytes,
-                                 hysteresis=_float(ctx, "hysteresis", 0.02),
-                                 schedule=_int(ctx, "schedule", 1) != 0)
+    return _checked(lambda: ShadowFollowAdmission(
+        rules, b, ctx.size_of, ctx.ssd_bytes, hysteresis=_float(ctx, "hysteresis", 0.02),
+        schedule=str(ctx.args.get("schedule", "project")), slack=_float(ctx, "slack", 0.25)),
+        "shadow-follow")
 
 
 SSD_ADMISSIONS: Registry[AdmissionEntry] = Registry("SSD admission")

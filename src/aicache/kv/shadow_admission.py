@@ -21,9 +21,8 @@ Why it should hold against a peer ``P`` whose write volume is the budget: ``P``'
 writes what ``P`` writes (same rule, same events), so it fits whenever ``P`` keeps to the
 schedule, and the followed shadow has at least its hits. What breaks the argument, and is
 measured rather than assumed: (a) the shadows see the real DRAM, not their own (a real SSD
-hit is promoted into DRAM and changes later evictions); (b) the index asks for a decision
-only for blocks the real SSD lacks, so a shadow misses the eviction of a block the real SSD
-already holds; (c) switching leaves the real SSD holding a mix; (d) a peer front-loading its
+hit is promoted into DRAM and changes later evictions); (b) a write a rule makes at store
+while the index's bandwidth gate would hold it until eviction is booked at once; (c) switching leaves the real SSD holding a mix; (d) a peer front-loading its
 writes beyond the schedule does not fit while it does.
 
 Cost per request: the shadows' work is one pass over the request's stored blocks and its
@@ -51,6 +50,8 @@ BlockBytes = Callable[[RadixNode], int]
 PACE = 600.0
 #: ring buckets over the budget's window (the shadows' write sums; selection only)
 BUCKETS = 64
+#: which shadows fit (module docstring): ``project`` (default), ``pace``, ``window``
+SCHEDULES = ("project", "pace", "window")
 _DRAM = int(Tier.DRAM)
 _NEAR = int(Tier.DRAM) | int(Tier.HBM)
 
@@ -126,11 +127,13 @@ class ShadowFollowAdmission:
 
     __slots__ = ("shadows", "budget", "size_of", "pace", "hysteresis", "cur", "t0",
                  "bucket_s", "_prerefd", "label", "switches", "followed_s", "_t_sel",
-                 "shadow_events", "refused", "_alive", "schedule")
+                 "shadow_events", "refused", "_alive", "schedule", "slack")
 
     def __init__(self, rules: Sequence[SSDAdmission], budget: WriteBudget, size_of: BlockBytes,
                  ssd_bytes: int, *, pace: float = PACE, hysteresis: float = 0.02,
-                 schedule: bool = True) -> None:
+                 schedule: str = "project", slack: float = 0.25) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
         if not rules:
             raise ValueError("shadow-follow needs at least one rule to follow")
         cap = ssd_bytes if ssd_bytes > 0 else 1 << 62
@@ -151,8 +154,8 @@ class ShadowFollowAdmission:
         self.shadow_events = 0  #: per-shadow event calls (the shadows' cost)
         self.refused = 0        #: followed decisions the governor refused
         self._alive = [True] * len(self.shadows)  #: per shadow: still serving the prompt
-        #: the governor also holds real writes to the schedule (not just the window)
         self.schedule = schedule
+        self.slack = slack
 
     # ------------------------------------------------------------------ selection
     def _bucket(self, now: float) -> int:
@@ -166,8 +169,12 @@ class ShadowFollowAdmission:
     def _select(self, now: float) -> None:
         if self.t0 is None:
             self.t0 = self._t_sel = now
-        span = self._span(now) if self.schedule else self.budget.window
+        W = self.budget.window
+        span = self._span(now) if self.schedule != "window" else W
         allow = self.budget.bytes_per_s * span
+        if self.schedule == "project":  # the span's rate over the window, with a slack
+            full = self.budget.bytes_per_s * W
+            allow = min(full, full * (span / W) * (1.0 + self.slack * (1.0 - span / W)))
         nb = max(1, min(BUCKETS, math.ceil(span / self.bucket_s)))
         b = self._bucket(now)
         best, best_h, cheapest, least = -1, -1.0, 0, math.inf
@@ -199,7 +206,7 @@ class ShadowFollowAdmission:
             return False
         size = self.size_of(node)
         b = self.budget
-        ok = ((not self.schedule or b.spent(now) + size <= b.bytes_per_s * self._span(now))
+        ok = ((self.schedule != "pace" or b.spent(now) + size <= b.bytes_per_s * self._span(now))
               and b.fits(size, now))
         self.refused += not ok
         return ok
@@ -264,12 +271,17 @@ class ShadowFollowAdmission:
                 s.write(node, self.size_of(node), now, b)
         self.shadow_events += len(self.shadows)
 
-    def at_eviction(self, node: RadixNode, now: float) -> bool:
+    def on_evict_held(self, node: RadixNode, now: float) -> None:
+        """The real DRAM evicts a block the real SSD holds: the shadows that lack it decide
+        as at any eviction."""
         b = self._bucket(now)
         for s in self.shadows:
             if node not in s.ssd and s.rule.at_eviction(node, now):
                 s.write(node, self.size_of(node), now, b)
         self.shadow_events += len(self.shadows)
+
+    def at_eviction(self, node: RadixNode, now: float) -> bool:
+        self.on_evict_held(node, now)
         return self._governed(node, now)
 
     def prewrite_now(self, node: RadixNode, now: float) -> bool:
