@@ -34,7 +34,8 @@ process with the same random-weight Llama (``--hidden``, ``--layers``, 2 KV head
   name), in the second round: the budgeted admission (``admission="budgeted"``) with ARM's
   write volume as its budget (the chunks ARM wrote × a chunk's payload, over a window of
   ``BUDGET_WINDOW_S``, longer than any arm runs: one window, so a volume — the tier's clock
-  is this machine's, whose speed must not set the budget);
+  is this machine's, whose speed must not set the budget — its weaker classes paced over
+  that whole window, ``admission_args = {"pace_window": BUDGET_WINDOW_S}``);
 * ``saria:NAME`` — ``SariaSSDTier`` with admission NAME, one arm per ``--admission``
   (default ``E2`` and ``oracle``; any name of ``aicache.kv.admissions.SSD_ADMISSIONS`` or a SARIA rule).
   ``oracle`` writes exactly the chunks ``fs`` read back: the frontier of admission on this
@@ -226,6 +227,9 @@ def saria_tier(system: str, root: Path, working_set: int,
     if "@" in name:
         tier["ssd_write_budget"] = budget_rate(int(a.budget_bytes))
         tier["ssd_write_window"] = BUDGET_WINDOW_S
+        # one window, a volume: the weaker classes are paced over all of it, not over the
+        # default 10 minutes of a window this long (which would leave most of it unspent)
+        tier["admission_args"] = {"pace_window": BUDGET_WINDOW_S}
     return tier
 
 

@@ -54,13 +54,12 @@ def test_budgeted_arm_writes_at_most_the_reference_volume(tmp_path: Path) -> Non
                                int(tier["ssd_bytes"]))
     assert budget is not None and budget.window == b.BUDGET_WINDOW_S
     assert 37 * chunk - b.BUDGET_WINDOW_S < budget.allowance <= 37 * chunk
-    gate = AdmissionGate(make_admission("budgeted", size_of=lambda n: chunk, budget=budget),
-                         10_000)
-    # offers spread over the whole run (as long as the window: the pace lets every
-    # class spend the allowance by its end)
+    gate = AdmissionGate(make_admission("budgeted", args=tier["admission_args"],
+                                        size_of=lambda n: chunk, budget=budget), 10_000)
+    # a run of a few minutes, far shorter than the window: paced over the whole window,
+    # the first offers may spend all of it
     n = 400
-    admitted = sum(gate.offer(("ns", b"%d" % i), Offer("r", -1, i * b.BUDGET_WINDOW_S / n))
-                   for i in range(n))
+    admitted = sum(gate.offer(("ns", b"%d" % i), Offer("r", -1, i * 0.5)) for i in range(n))
     assert admitted == 36 or admitted == 37  # the rate is rounded down to whole B/s
     assert admitted * chunk <= 37 * chunk
 

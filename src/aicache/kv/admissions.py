@@ -19,6 +19,7 @@ from aicache.errors import BadInput
 from aicache.kv.admission import (
     AdmissionRule, LearnedAdmission, OracleAdmission, RuleAdmission, SSDAdmission,
 )
+from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
 from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
@@ -105,7 +106,8 @@ def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
     if ctx.budget is None:
         raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    return BudgetedAdmission(ctx.budget, ctx.size_of)
+    return BudgetedAdmission(ctx.budget, ctx.size_of,
+                             _float(ctx, "pace_window", BUDGETED_PACE_WINDOW))
 
 
 #: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
