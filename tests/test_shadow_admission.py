@@ -48,3 +48,52 @@ def test_one_shadow_unbounded_is_the_rule_itself(monkeypatch, reqs, rule: str) -
 def test_slots_only() -> None:
     for cls in (ShadowCache, ShadowFollowAdmission):
         assert "__dict__" not in dir(cls) and cls.__slots__
+
+
+def test_index_tells_an_observer_of_evictions_of_blocks_already_on_ssd() -> None:
+    """The index asks ``at_eviction`` only for blocks without an SSD copy; an admission that
+    is a ``HeldEvictionObserver`` hears the other evictions too, each block's at its own
+    eviction (reference: the index's own eviction count)."""
+    from aicache.kv.admission import AdmissionRule, HeldEvictionObserver, IgnoresEvents
+    from aicache.kv.models import ModelSpec
+    from aicache.kv.promotion import PromotionMode, PromotionParams
+    from aicache.kv.radix import RadixNode, Tier
+    from aicache.kv.saria import KVIndex, KVIndexParams
+
+    class WriteAllAndListen(IgnoresEvents):
+        label = "write-all"
+
+        def __init__(self) -> None:
+            self.asked: list[RadixNode] = []
+            self.held: list[RadixNode] = []
+
+        def at_eviction(self, node: RadixNode, now: float) -> bool:
+            assert not node.kv_loc & Tier.SSD
+            self.asked.append(node)
+            return True
+
+        def prewrite_now(self, node: RadixNode, now: float) -> bool:
+            return False
+
+        def prewrite_at_store(self, node: RadixNode, now: float) -> bool:
+            return False
+
+        def on_evict_held(self, node: RadixNode, now: float) -> None:
+            assert node.kv_loc & Tier.SSD
+            self.held.append(node)
+
+    m = ModelSpec("tiny", 1, 1, 1, dtype_bytes=1, block_tokens=4)
+    adm = WriteAllAndListen()
+    assert isinstance(adm, HeldEvictionObserver)
+    ix = KVIndex(KVIndexParams(model=m, dram_bytes=2 * m.block_bytes,
+                               ssd_bytes=100 * m.block_bytes,
+                               admission=AdmissionRule(None, None, False),
+                               admission_policy=adm,
+                               promotion=PromotionParams(PromotionMode.FULL, 1.0, 0.0)))
+    ns = ("tiny", None)
+    for t, keys in enumerate(([1, 2], [3, 4], [1, 2], [3, 4], [5, 6], [1, 2])):
+        plan = ix.lookup(ns, keys, float(t))
+        ix.begin(plan, float(t))
+        ix.finish(plan, keys, float(t), tokens=[4] * len(keys))
+    assert adm.held, "blocks promoted back from SSD were evicted again"
+    assert len(adm.asked) + len(adm.held) == ix.stats.dram_evictions
