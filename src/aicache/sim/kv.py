@@ -54,6 +54,7 @@ from aicache.kv.admissions import (
     SSD_ADMISSIONS, AdmissionContext, make_ssd_admission, unknown_admission,
 )
 from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
+from aicache.kv.shadow_admission import ShadowFollowAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.promotion import PromotionMode, PromotionParams
 from aicache.kv.saria import (
@@ -405,7 +406,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         adm_policy = make_ssd_admission(pname if pname is not None else ip.admission.label,
                                         AdmissionContext(_block_bytes(model),
                                                          params.metadata_window, {},
-                                                         [r.keys for r in reqs], budget))
+                                                         [r.keys for r in reqs], budget,
+                                                         ip.ssd_bytes))
         # the policy decides every write, full duplicate's included
         ip = replace(ip, admission=AdmissionRule(None, None, False),
                      admission_policy=adm_policy)
@@ -635,6 +637,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "ssd_budget_refusals": budget.refused if budget is not None else None,
         "ssd_budget_max_window_bytes": budget.max_window if budget is not None else None,
         **(_budgeted_counters(inner) if isinstance(inner, BudgetedAdmission) else {}),
+        **(inner.stats() if isinstance(inner, ShadowFollowAdmission) else {}),
         "transfer_p10bad_s": _p25bad(tr, 0.10),
         "transfer_p5bad_s": _p25bad(tr, 0.05),
         # extras (stable additions)
