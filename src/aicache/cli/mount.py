@@ -17,13 +17,16 @@ import math
 import os
 import socket
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.cli.chiron_flags import add_gate_prompt_args, check_prompt_advisor, gate_params, prompted_advisor
 from aicache.errors import BadInput
 
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.output import help_text
 
     p = subparsers.add_parser("mount", help="mount a remote store read-only through the cache",

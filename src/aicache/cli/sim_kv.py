@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "kv", help="replay a KV trace through SARIA or a tiered-KV baseline",
         description="Trace-driven replay of a DRAM+SSD KV cache: persistence-aware admission, "

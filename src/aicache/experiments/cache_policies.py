@@ -198,10 +198,10 @@ class CachePolicies(Experiment):
             for pol in policies:
                 r: dict[str, Any] = {"policy": pol}
                 for sz in sizes:
-                    mr = mean.get((tr, sz, pol))
+                    cell = mean.get((tr, sz, pol))
                     b = best.get((tr, sz))
-                    r[f"{sz:g}%"] = mr
-                    r[f"{sz:g}% ×best"] = mr / b if mr is not None and b else None
+                    r[f"{sz:g}%"] = cell
+                    r[f"{sz:g}% ×best"] = cell / b if cell is not None and b else None
                 trows.append(r)
             tables.append(Table(f"Miss ratio on {tr}", trows))
         goals = []

@@ -157,9 +157,16 @@ def _group(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[tuple
     return out
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return sum(xs) / len(xs) if xs else None
+def _mean(xs: Sequence[float | None]) -> float | None:
+    """The mean of the values present (None and NaN left out); None when there are none."""
+    vals = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _mean_of(xs: Sequence[float]) -> float:
+    """The mean of a column every completed row carries (JCT, CHR); NaN for no rows."""
+    m = _mean(xs)
+    return float("nan") if m is None else m
 
 
 def completed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -170,12 +177,14 @@ def completed(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def best_baseline(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The :data:`BASELINES` row of ``rows`` with the lowest JCT, the first in ``rows``' order
     on a tie; None when ``rows`` holds no baseline."""
-    return min((r for r in rows if r["system"] in BASELINES), key=lambda r: r["jct_seconds"], default=None)
+    base = [r for r in rows if r["system"] in BASELINES]
+    return min(base, key=lambda r: r["jct_seconds"]) if base else None
 
 
 def top_chr_baseline(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The :data:`BASELINES` row of ``rows`` with the highest CHR (first on a tie), or None."""
-    return max((r for r in rows if r["system"] in BASELINES), key=lambda r: r["chr"], default=None)
+    base = [r for r in rows if r["system"] in BASELINES]
+    return max(base, key=lambda r: r["chr"]) if base else None
 
 
 # -- Fig. 11/12 -----------------------------------------------------------------------------------
@@ -409,10 +418,10 @@ class Ablation(Experiment):
         tables, figures, goals = [], [], []
         gate = [r for r in ok if r["study"] == "gate"]
         if gate:
-            rs = []
-            for on in ("seed", "off", "aicache"):
-                g = [r for r in gate if r["gate"] == on]
-                rs.append({"gate": {"seed": "on (seed's)", "off": "off", "aicache": "aicache (+ evidence)"}[on],
+            rs: list[dict[str, Any]] = []
+            for mode in ("seed", "off", "aicache"):
+                g = [r for r in gate if r["gate"] == mode]
+                rs.append({"gate": {"seed": "on (seed's)", "off": "off", "aicache": "aicache (+ evidence)"}[mode],
                            "runs": len(g), "CHR": _mean([r["chr"] for r in g]),
                            "JCT (s)": _mean([r["jct_seconds"] for r in g]),
                            "switches": _mean([r["switches"] for r in g])})
@@ -420,11 +429,11 @@ class Ablation(Experiment):
             figures.append(Figure(bar_chart(gate, "gate", "chr", None, Path(outdir) / "ablation_gate.png",
                                             title="CHR with/without the gate", ylabel="CHR"),
                                   "CHR with and without the confidence gate (mean, min–max over seeds)."))
-            for r in (rs[0], rs[2]):
-                if r["CHR"] is not None and rs[1]["CHR"]:
-                    goals.append({"goal": f"gate {r['gate']} raises CHR under a noisy advisor",
-                                  "met": r["CHR"] > rs[1]["CHR"],
-                                  "value": f"{_pct(r['CHR'], rs[1]['CHR']):+.1f}% relative"})
+            for gated in (rs[0], rs[2]):
+                if gated["CHR"] is not None and rs[1]["CHR"]:
+                    goals.append({"goal": f"gate {gated['gate']} raises CHR under a noisy advisor",
+                                  "met": gated["CHR"] > rs[1]["CHR"],
+                                  "value": f"{_pct(gated['CHR'], rs[1]['CHR']):+.1f}% relative"})
         refl = {r["reflection"]: r for r in ok if r["study"] == "reflection"}
         if len(refl) == 2:
             on, off = refl[True], refl[False]
@@ -489,7 +498,8 @@ class OneTB(Experiment):
 
         ok = completed(rows)
         by = _group(ok, ("scale", "cache_pct"))
-        table, goals_met, norm = [], {}, []
+        table, norm = [], []
+        goals_met: dict[float, list[bool]] = {}
         top = max((r["scale"] for r in ok), default=None)  # the figure shows the largest scale run
         for (scale, pct), rs in sorted(by.items()):
             d = {r["system"]: r for r in rs}

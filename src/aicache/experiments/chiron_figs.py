@@ -38,8 +38,8 @@ from typing import Any
 
 from aicache.adaptive.advisor.base import PATTERNS
 from aicache.experiments.base import Experiment, Figure, ReportSection, Table
-from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _pct, _workload, best_baseline, completed,
-                                        simulate_cell, token_note, tokens_counted_by)
+from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _mean_of, _pct, _workload,
+                                        best_baseline, completed, simulate_cell, token_note, tokens_counted_by)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
@@ -214,7 +214,7 @@ class Advisors(ChironArms):
                 arms.setdefault(r["arm"], []).append(r)
             stat = arms.get("counting", [None])[0]
             for arm, group in arms.items():
-                jct = _mean([r["jct_seconds"] for r in group])
+                jct = _mean_of([r["jct_seconds"] for r in group])
                 row = {"workload": w, "scale": group[0]["scale"], "arm": "statistical" if arm == "counting" else arm,
                        "gate": group[0].get("gate", "-"),
                        "runs": len(group), "JCT (s)": jct, "CHR": _mean([r["chr"] for r in group]),
@@ -245,7 +245,7 @@ class Advisors(ChironArms):
             for p in NOISY:
                 arm = f"noisy:{p}"
                 if arm in arms and stat and best:
-                    jct = _mean([r["jct_seconds"] for r in arms[arm]])
+                    jct = _mean_of([r["jct_seconds"] for r in arms[arm]])
                     goals.append({"goal": f"{w} ({arm}, mean of {len(arms[arm])} seeds): JCT <= best baseline's and "
                                           "within 10% of statistical",
                                   "met": jct <= best["jct_seconds"] and jct <= 1.10 * stat["jct_seconds"],

@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -317,6 +317,10 @@ def _counter(c: Any) -> float:
     return float(sum(s.value for s in c.collect()[0].samples if s.name.endswith("_total")))
 
 
+#: what one read of a sample reports: (phase, index, digest, hits, misses, nbytes)
+Sample = tuple[int, int, int, int, int, int]
+
+
 class RemoteSampleDataset:
     """A map-style dataset whose samples are read through an fsspec filesystem.
 
@@ -363,7 +367,7 @@ class RemoteSampleDataset:
         self._fs, self._pid = fs, os.getpid()
         return fs
 
-    def __getitem__(self, item: tuple[int, int]) -> tuple[int, int, int, int, int, int]:
+    def __getitem__(self, item: tuple[int, int]) -> Sample:
         """``item`` = (phase, sample) from :class:`PhasedBatchSampler`."""
         phase, index = item
         fs = self.filesystem()
@@ -387,7 +391,7 @@ class RemoteSampleDataset:
         return phase, index, digest(data), hits, misses, len(data)
 
 
-def _keep(batch: list[Any]) -> list[Any]:
+def _keep(batch: list[Sample]) -> list[Sample]:
     return batch
 
 
@@ -611,7 +615,7 @@ def phase_orders(ds: JobDataset, batch_size: int, seed: int) -> list[list[int]]:
 def run_job(system: str, params: JobParams, ds: JobDataset, storage_options: Mapping[str, Any],
             reference: Mapping[str, int], workdir: str) -> JobResult:
     """Run the whole job once through ``system`` with a cold cache; see the module docstring."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, Dataset
 
     from aicache.datacache.store import BlockStore
 
@@ -632,8 +636,11 @@ def run_job(system: str, params: JobParams, ds: JobDataset, storage_options: Map
     policy: dict[str, Any] = {}
     try:
         with _policy_owner(system, params, ds, cache_dir) as daemon:
-            loader = DataLoader(dataset, batch_sampler=batches, num_workers=params.loader_workers,
-                                collate_fn=_keep, multiprocessing_context="fork")
+            # DataLoader duck-types a map-style dataset (``__getitem__``, ``__len__``): the
+            # dataset class does not subclass torch's, so importing this module needs no torch
+            loader: DataLoader[Sample] = DataLoader(
+                cast("Dataset[Sample]", dataset), batch_sampler=batches,
+                num_workers=params.loader_workers, collate_fn=_keep, multiprocessing_context="fork")
             t0 = time.monotonic()
             for batch in loader:
                 for phase, idx, dg, h, m, nb in batch:

@@ -28,6 +28,7 @@ from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 if TYPE_CHECKING:
     from aicache.kv.saecache import SAEState
     from aicache.kv.saecache_reuse import ReuseState
+    from aicache.traces.base import KVRequest
 
 WORKLOADS = ("chat", "arena", "tool", "mix")
 POLICIES = ("saecache", "saecache-seed", "saecache-priority", "lru", "lpc", "lfu", "s3fifo", "sieve", "belady")
@@ -41,13 +42,13 @@ EVAL_SEEDS_2 = (4, 5)
 
 
 @lru_cache(maxsize=8)
-def _requests(workload: str, sessions: int, seed: int) -> tuple[list[Any], str]:
+def _requests(workload: str, sessions: int, seed: int) -> tuple[list[KVRequest], str]:
     from aicache.sim.prefix import load_requests
 
     return load_requests(workload=workload, sessions=sessions, seed=seed)
 
 
-def _throughput(reqs: Sequence[Any]) -> float:
+def _throughput(reqs: Sequence[KVRequest]) -> float:
     """Prefill throughput that puts the uncached offered load at ``OFFERED_LOAD``, measured
     over the middle half of the requests (the steady state: generated traces ramp up as
     sessions start and trail off as the last sessions end)."""
@@ -639,7 +640,9 @@ def headroom_table(ok: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> tu
     cells = sorted({k[:-1] for k in chr_})
     rows, below = [], []
     for c in cells:
-        get = lambda p: chr_.get((*c, p))  # noqa: E731
+        def get(p: str, c: tuple[Any, ...] = c) -> float | None:
+            return chr_.get((*c, p))
+
         lru, bel = get("lru"), get("belady")
         base = [v for p in BASELINES if (v := get(p)) is not None]
         best = max(base) if base else None

@@ -42,7 +42,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from aicache.datacache.policy.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
+
+if TYPE_CHECKING:
+    from aicache.traces.workflows import WorkflowStream, WorkflowTrace
 
 MiB = 1 << 20
 _CHUNK = 1 << 18  #: reads converted to Python lists at a time
@@ -236,7 +239,7 @@ class DataCacheResult:
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def workload_from_workflow(trace: Any) -> BlockWorkload:
+def workload_from_workflow(trace: WorkflowTrace) -> BlockWorkload:
     """A generated :class:`~aicache.traces.workflows.WorkflowTrace` as simulator input."""
     ds = trace.dataset
     segs = [PhaseSegment(p.name, p.pattern, p.start, p.end, p.compute_s) for p in trace.phases]
@@ -248,7 +251,7 @@ def workload_from_workflow(trace: Any) -> BlockWorkload:
     )
 
 
-def workload_from_stream(stream: Any) -> BlockWorkload:
+def workload_from_stream(stream: WorkflowStream) -> BlockWorkload:
     """A :class:`~aicache.traces.workflows.WorkflowStream` as simulator input: the same
     replay as :func:`workload_from_workflow` of the materialised trace, in O(dataset) memory."""
     ds = stream.dataset
@@ -441,6 +444,10 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     bunit_of = wl.block_unit_of
     dense = isinstance(bsize_of, list)
     nblocks = len(bsize_of)
+    # one of the two is used, by ``dense``: a list of sizes indexed by block id, else a dict's get
+    size_list: list[int] = bsize_of if isinstance(bsize_of, list) else []
+    size_get: Callable[[int], int | None] = (bsize_of.get if isinstance(bsize_of, dict)
+                                             else size_list.__getitem__)
     system = driver.system
 
     store = driver.resident  # resident block -> bytes it costs
@@ -456,13 +463,12 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     on_access = driver.access
     place = driver.place
     REJECTED = Admission.REJECTED
-    tick = system.tick
+    tick: Callable[[float], None] | None = system.tick
     if getattr(tick, "__func__", None) is DataCacheSystem.tick:
         tick = None  # the base class's no-op: skip a call per read
     observe = grader.observe_label if grader is not None else None
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     inflight_get = inflight.get
-    bsize_get = None if dense else bsize_of.get  # type: ignore[union-attr]
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal rejected, pf_pending
@@ -553,11 +559,12 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
                         if dense:
                             if not 0 <= p < nblocks:
                                 continue
-                            psize = bsize_of[p]  # type: ignore[index]
+                            psize = size_list[p]
                         else:
-                            psize = bsize_get(p)  # type: ignore[misc]
-                            if psize is None:
+                            known = size_get(p)
+                            if known is None:
                                 continue
+                            psize = known
                         if pf_pending >= pf_cap:
                             dropped += 1
                             continue

@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -57,9 +57,9 @@ from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.promotion import PromotionMode, PromotionParams
 from aicache.kv.saria import (
-    KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs, Tier,
+    KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs,
 )
-from aicache.kv.radix import RadixNode
+from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.transfer import GB, Bandwidths, SharingModel, TransferCoordinator, TransferMode
 from aicache.kv.write_budget import (
     RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
@@ -202,7 +202,8 @@ def _reblock(r: KVRequest, cb: int, no: int) -> tuple[list[Hashable], int, list[
     elif tb % cb == 0:
         g = tb // cb
         n_cache = -(-r.input_length // cb) if r.input_length else len(ids) * g
-        keys = [(h, k) for h in ids for k in range(g)][:max(0, n_cache)]
+        keys = [(blk, k) for blk in ids for k in range(g)]
+        keys = keys[:max(0, n_cache)]
         btypes = ([t for t in types for _ in range(g)][:len(keys)] if types is not None else None)
     else:
         raise BadInput(f"trace request {no}: block_tokens {tb} and the model's {cb}-token cache "
@@ -393,8 +394,11 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     """Replay ``requests`` through one system; deterministic in ``params``."""
     spec, model = validate(params)
     wall0 = time.perf_counter()
-    reqs = requests if isinstance(requests, list) and (not requests or isinstance(
-        requests[0], _Req)) else prepare(requests, model.block_tokens)  # type: ignore[arg-type]
+    reqs: list[_Req]
+    if isinstance(requests, list) and (not requests or isinstance(requests[0], _Req)):
+        reqs = cast("list[_Req]", requests)  # prepared already (its first item says so)
+    else:
+        reqs = prepare(cast("Iterable[KVRequest]", requests), model.block_tokens)
     for r in reqs:  # a prepared list may be replayed more than once
         r.next, r.plan, r.gap = None, None, 0.0
     ip = _index_params(params, spec, model)
@@ -564,10 +568,11 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         t_coord = coord.next_event() if len(coord) else math.inf
         if t_coord <= t_heap:
             jobs = coord.advance(t_coord)
+            # the coordinator hands back the jobs this replay gave it: written nodes, loading requests
             for w in coord.take_writes_done():
-                index.complete_write(w, coord.now)  # type: ignore[arg-type]
+                index.complete_write(cast(RadixNode, w), coord.now)
             for job in jobs:
-                transfer_done(job, coord.now)  # type: ignore[arg-type]
+                transfer_done(cast(_Req, job), coord.now)
             continue
         t, _, kind, r = heapq.heappop(heap)
         if kind == 0:
@@ -583,16 +588,16 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     st = index.stats
     tt = np.asarray(ttft, dtype=float)
     tr = np.asarray(transfer, dtype=float)
-    h = np.asarray(hits, dtype=float)
+    hit_arr = np.asarray(hits, dtype=float)
     a = np.asarray(achv, dtype=float)
-    char = float(h.sum() / a.sum()) if a.sum() > 0 else float("nan")
+    char = float(hit_arr.sum() / a.sum()) if a.sum() > 0 else float("nan")
     elig = a > 0
     if elig.any():
-        ratio = h[elig] / a[elig]
+        ratio = hit_arr[elig] / a[elig]
         order = np.argsort(ratio, kind="stable")
         k = max(1, math.ceil(order.size / 4))
         worst = order[:k]
-        char_bad = float(h[elig][worst].sum() / a[elig][worst].sum())
+        char_bad = float(hit_arr[elig][worst].sum() / a[elig][worst].sum())
     else:
         char_bad = float("nan")
     ssd_cap = ip.ssd_bytes
@@ -678,7 +683,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "all_dram_hit_request_share": all_dram_requests / hit_requests if hit_requests else None,
         "promotions": int(st.promotions),
         "promotions_blocked": int(st.promotions_blocked),
-        "hit_blocks": int(h.sum()),
+        "hit_blocks": int(hit_arr.sum()),
         "achievable_blocks": int(a.sum()),
         "metadata_nodes": len(index.tree),
         "block_events": block_events,

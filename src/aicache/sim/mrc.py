@@ -201,6 +201,7 @@ def simulate_arrays(tr: _Trace, policy: str, cap: int, size_mode: str,
     if replayable(EVICTION.get(policy)):
         assert isinstance(pol, SlotPolicy)
         core = pol.core
+        assert isinstance(core, slotcore.Core)  # replay drives the concrete core, not the protocol
         core.reserve(tr.objects)
         if size_mode == "objects":
             hits, bytes_hit, _, _, _ = slotcore.replay(core, tr.slots, tr.sizes, cap, 0)

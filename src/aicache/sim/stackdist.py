@@ -26,7 +26,7 @@ from array import array
 try:
     import cython
 except ImportError:  # uncompiled without Cython installed: the same code, run as Python
-    from aicache.policies import _cython_shim as cython  # type: ignore[no-redef]
+    from aicache.policies import _cython_shim as cython  # type: ignore[no-redef]  # (the same names)
 
 
 def slot_distances(ids: cython.int[::1], slots: cython.Py_ssize_t,
