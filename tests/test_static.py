@@ -40,6 +40,9 @@ def test_pyproject_makes_mypy_strict_over_the_package() -> None:
     unexplained = [b.split("module", 1)[1].split("\n", 1)[0] for b in blocks
                    if not b.split("module", 1)[0].strip().startswith("#")]
     assert not unexplained, f"mypy overrides without a reason: {unexplained}"
+    inline = [str(p.relative_to(ROOT)) for p in sorted((SRC / "aicache").rglob("*.py"))
+              if re.search(r"^#\s*mypy:", p.read_text(), re.MULTILINE)]
+    assert not inline, f"relax mypy in pyproject.toml (with the reason), not inline: {inline}"
 
 
 def test_mypy_clean_from_pyproject() -> None:

@@ -60,7 +60,7 @@ from aicache.datacache.policy.driver import (
     Victim,
     make_engine_system,
 )
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, BlockKey, block_budget
 from aicache.errors import BadInput
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from aicache.datacache.engine import CacheEngine, DaemonMode, EngineParams
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.shared import SharedTierSpec
 from aicache.errors import BadInput
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from aicache.datacache.policy.driver import Admission, SystemDriver
 from aicache.datacache.policy.registry import make_system
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase

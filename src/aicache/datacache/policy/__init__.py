@@ -1,6 +1,7 @@
 """The data cache's policy core: what to prefetch, admit and evict, with no I/O and no clock.
 
-* :mod:`~aicache.datacache.policy.system` — the ``DataCacheSystem`` interface.
+* :mod:`~aicache.policies.system` — the ``DataCacheSystem`` interface (below this package
+  and the adaptive controller that implements it).
 * :mod:`~aicache.datacache.policy.driver` — ``SystemDriver``, the one driver of a system
   (resident set, unread prefetches, evict-until-it-fits) and the typed port the engine
   talks to; the simulator and the real engine both use it.

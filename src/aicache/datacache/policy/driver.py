@@ -1,6 +1,6 @@
 """The one driver of a data-cache system, shared by the simulator and the real engine.
 
-A :class:`~aicache.datacache.policy.system.DataCacheSystem` decides (what to prefetch, whether to
+A :class:`~aicache.policies.system.DataCacheSystem` decides (what to prefetch, whether to
 admit, what to evict); a :class:`SystemDriver` is the only caller of its ``on_*`` methods
 and keeps the bookkeeping every driver needs, once:
 
@@ -36,7 +36,7 @@ from typing import Generic, Protocol, TypeVar
 
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.registry import make_system
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.store import BlockKey
 
 K = TypeVar("K")

@@ -12,7 +12,7 @@
 | `E+P`              | prefetch ``P``                   | eviction ``E``     |
 | `E`                | none                             | eviction ``E``     |
 
-Every system is a :class:`~aicache.datacache.policy.system.DataCacheSystem` (the fixed
+Every system is a :class:`~aicache.policies.system.DataCacheSystem` (the fixed
 ones in :mod:`aicache.datacache.policy.baselines`, Chiron in
 :mod:`aicache.adaptive.controller`); one driver,
 :class:`~aicache.datacache.policy.driver.SystemDriver`, drives them in the simulator and
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.policy.baselines import ClairvoyantSystem, NoCacheSystem, PolicySystem
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH
 from aicache.registry import Registry

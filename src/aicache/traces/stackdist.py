@@ -1,6 +1,3 @@
-# mypy: ignore-errors
-# (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
-# typed callers are aicache.sim.mrc and aicache.traces.summary.)
 """LRU stack distances in one pass (Mattson et al.'s inclusion property, Bennett-Kruskal
 counting with a Fenwick tree): O(n log n) for n requests, whatever the number of sizes.
 
