@@ -103,3 +103,20 @@ def test_no_import_cycles_in_the_package() -> None:
     assert len(g.modules) > 100  # the walk found the package
     assert not found, "import cycles (python scripts/import_graph.py shows them):\n" + "\n".join(
         " -> ".join(c) for c in found)
+
+
+_ISSUE = re.compile(r"\bissues?\s*#?\d+|\bmust-show\b", re.IGNORECASE)
+_DOC = re.compile(r"\b((?:docs|traces|benchmarks|scripts)/[\w./-]+\.(?:md|json|csv|html|py))\b")
+
+
+def test_code_cites_only_documents_that_ship_with_it() -> None:
+    """No issue numbers (the tracker does not ship with the code), and every repository
+    document a module names exists."""
+    bad = []
+    for path in sorted((SRC / "aicache").rglob("*.py")):
+        for no, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{no}: {line.strip()}"
+            if _ISSUE.search(line):
+                bad.append(where)
+            bad += [f"{where} (no {doc})" for doc in _DOC.findall(line) if not (ROOT / doc).exists()]
+    assert not bad, "citations of documents outside the repository:\n" + "\n".join(bad)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         wl = workload_from_trace(args.trace, workers=args.workers, fmt=args.format)
     bw = None if args.remote_mibps is None else args.remote_mibps * (1 << 20)
-    advisor = prompted_advisor(args.advisor, args.prompt, args.seed)
+    advisor = prompted_advisor(args.advisor, args.prompt, args.seed) or "statistical"
     system_params = gate_params(args.gate, args.system, "--system")
     if args.executors is not None:
         if args.system not in CHIRON_SYSTEMS:

@@ -64,7 +64,7 @@ class ReportSection:
     tables: list[Table] = field(default_factory=list)
     #: The seed's published numbers, shown next to ours: rows of dicts.
     published: list[dict[str, Any]] = field(default_factory=list)
-    #: Goals from the issues, each {"goal": text, "met": bool | None, "value": text};
+    #: The project's goals for the experiment, each {"goal": text, "met": bool | None, "value": text};
     #: ``met`` None = not evaluated (a cell filter left out the evidence).
     goals: list[dict[str, Any]] = field(default_factory=list)
 

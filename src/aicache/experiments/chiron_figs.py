@@ -14,7 +14,7 @@ local model's tokenizer where it is installed, else estimated
 (:mod:`aicache.adaptive.advisor.tokens`; ``tokens_counted_by`` in each row says which); the
 LLM arms count the server's own usage.
 
-* ``chiron-advisors`` (Fig. 15, and issue 19's must-show 2): W1–W3 at the LLM scenarios'
+* ``chiron-advisors`` (Fig. 15, and the advisor goals): W1–W3 at the LLM scenarios'
   scales, Chiron with each advisor against the best baseline.
 * ``chiron-async``: advice arriving later — a virtual advisor delay from 1 ms to 60 s with the
   statistical advisor, and the real model with each answer released after its own measured
@@ -41,6 +41,7 @@ from aicache.experiments.base import Experiment, Figure, ReportSection, Table
 from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _mean_of, _pct, _workload,
                                         best_baseline, completed, simulate_cell, token_note, tokens_counted_by)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
 
@@ -70,7 +71,7 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     adv = make_advisor(adv, seed=seed) if isinstance(adv, str) else adv
     runner = MeasuredDelayRunner(adv) if params.get("delay") == "measured" else None
     capacity = wl.default_cache_bytes
-    system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=seed, runner=runner,
+    system = make_system("chiron", capacity, DEFAULT_BLOCK_SIZE, advisor=adv, seed=seed, runner=runner,
                          **dict(params.get("chiron", {})))
     grader = ChironGrader()  # the answer log with the phase labels, and the grades
     d = simulate_datacache(wl, system, capacity, seed=seed, grader=grader).to_dict()
@@ -159,7 +160,7 @@ def _missing(names: Sequence[str]) -> str:
     return ("Transcripts not committed (arms left out): " + ", ".join(gone) + ".") if gone else ""
 
 
-# -- Fig. 15 / must-show 2 ----------------------------------------------------------------------
+# -- Fig. 15 / advisor goals ------------------------------------------------------------
 #: W1–W3 at the LLM scenarios' scales: the seed's gate's scenario -> the default gate's
 ADVISOR_SCENARIOS = ("W1-s0.05", "W2-s0.1", "W3-s0.05")
 EVIDENCE_SCENARIO = {n: f"{n}-evidence" for n in ADVISOR_SCENARIOS}
@@ -176,7 +177,7 @@ def _gate_arm(arm: str, gate: str) -> str:
 class Advisors(ChironArms):
     name = "chiron-advisors"
     title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P; both gates"
-    reproduces = "Chiron Fig. 15; issue 19 must-show 2"
+    reproduces = "Chiron Fig. 15; the advisor goals"
     full_wall_time = "about 2 min (141 cells; replays of committed transcripts, no LLM is run)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:

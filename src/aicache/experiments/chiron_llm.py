@@ -53,6 +53,7 @@ from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
 from aicache.adaptive.advisor.local_llm import MODEL_ALIAS
 from aicache.adaptive.controller import AdvisorRunner
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor, RawReply
@@ -171,7 +172,7 @@ def run_scenario(sc: Scenario, advisor: Advisor | str) -> dict[str, Any]:
     capacity = wl.default_cache_bytes
     assert capacity is not None
     # the same construction as ``simulate_datacache(wl, "chiron", ...)``, kept in hand for its runner
-    system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
+    system = make_system("chiron", capacity, DEFAULT_BLOCK_SIZE, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
     grader = ChironGrader()
     res = simulate_datacache(wl, system, capacity, seed=sc.seed, grader=grader)
     d = res.to_dict()

@@ -71,9 +71,10 @@ import numpy as np
 
 from aicache.testing import S3Server, SlowFileSystem
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 #: the job's systems, in report order (the seed's baselines for the data cache + Chiron)
-SYSTEMS: tuple[str, ...] = ("nocache", "juicefs", "alluxio", "chiron")
+JOB_SYSTEMS: tuple[str, ...] = ("nocache", "juicefs", "alluxio", "chiron")
 
 #: (path, start, end) — one ranged read of a sample
 Read = tuple[str, int, int]
@@ -94,7 +95,7 @@ class JobParams:
     #: injected per-request latency of the remote (seconds) and bandwidth (bytes/s, None = no cap)
     latency_s: float = 0.020
     bandwidth_bps: float | None = None
-    block_size: int = 4 * 1024 * 1024
+    block_size: int = DEFAULT_BLOCK_SIZE
     #: the cache budget in bytes; None = the workflow's budget at this scale
     cache_bytes: int | None = None
     #: multiplies the workflow's per-read compute time
@@ -619,8 +620,8 @@ def run_job(system: str, params: JobParams, ds: JobDataset, storage_options: Map
 
     from aicache.datacache.store import BlockStore
 
-    if system not in SYSTEMS:
-        raise BadInput(f"unknown system {system!r} for the end-to-end job; valid: {', '.join(SYSTEMS)}")
+    if system not in JOB_SYSTEMS:
+        raise BadInput(f"unknown system {system!r} for the end-to-end job; valid: {', '.join(JOB_SYSTEMS)}")
     cache_dir = tempfile.mkdtemp(prefix=f"{system[:8]}-", dir=workdir)
     counters = multiprocessing.get_context("fork").Array("q", 2)
     cfg = ReaderConfig(system=system, storage_options=dict(storage_options),
@@ -686,7 +687,7 @@ def _policy_stats(daemon: Any, t0: float) -> dict[str, Any]:
     return out
 
 
-def run_systems(params: JobParams, systems: Sequence[str] = SYSTEMS, *,
+def run_systems(params: JobParams, systems: Sequence[str] = JOB_SYSTEMS, *,
                 server: S3Server | None = None, workdir: str | None = None,
                 progress: Callable[[str], None] | None = None) -> list[JobResult]:
     """Materialise the dataset in S3 (``server``, or a moto server started here) and run
@@ -694,8 +695,8 @@ def run_systems(params: JobParams, systems: Sequence[str] = SYSTEMS, *,
     from aicache.testing import start_s3
 
     for s in systems:
-        if s not in SYSTEMS:
-            raise BadInput(f"unknown system {s!r} for the end-to-end job; valid: {', '.join(SYSTEMS)}")
+        if s not in JOB_SYSTEMS:
+            raise BadInput(f"unknown system {s!r} for the end-to-end job; valid: {', '.join(JOB_SYSTEMS)}")
     ds = build_job_dataset(params)
     own = server is None
     srv = start_s3() if server is None else server

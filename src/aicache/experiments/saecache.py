@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 WORKLOADS = ("chat", "arena", "tool", "mix")
 POLICIES = ("saecache", "saecache-seed", "saecache-priority", "lru", "lpc", "lfu", "s3fifo", "sieve", "belady")
-#: the goal's baselines (issue: the best of LRU, LFU, S3-FIFO, SIEVE and LPC)
+#: the goal's baselines (its bar: the best of LRU, LFU, S3-FIFO, SIEVE and LPC)
 GOAL_BASELINES = ("lru", "lfu", "s3fifo", "sieve", "lpc")
 OFFERED_LOAD = 1.0
 #: Evaluation seeds: held out. Seeds 0–3 were used while calibrating the generators and
@@ -84,10 +84,10 @@ def _by(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...], y: str) -> dic
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
-#: the SAECache variants issue 18's goals are judged for (the seed's formula, the engineered
+#: the SAECache variants the goals are judged for (the seed's formula, the engineered
 #: seed priority, the default: the reuse-probability variant)
 GOAL_POLICIES = ("saecache-seed", "saecache-priority", "saecache")
-#: issue 18: ≥ GAIN_PTS above the best baseline at GAIN_CAPS % of the working set, and never
+#: the goals: ≥ GAIN_PTS above the best baseline at GAIN_CAPS % of the working set, and never
 #: more than BELOW_PTS below LRU at any capacity in BELOW_RANGE %
 GAIN_CAPS = (5, 10, 20)
 GAIN_PTS = 5.0
@@ -98,7 +98,7 @@ BELOW_RANGE = (5, 50)
 def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
                 gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
                 sub: str) -> list[dict[str, Any]]:
-    """Issue 18's SAECache goals, one row per variant, trace and capacity.
+    """The SAECache goals, one row per variant, trace and capacity.
 
     ``mean[(trace, capacity, policy)]``: token hit ratio (averaged over ``sub``, e.g. the
     seeds); ``cells[(trace, sub, capacity, policy)]``: each replay alone, for "never below
@@ -269,7 +269,7 @@ class Capacity(Experiment):
                                     for w in WORKLOADS if any(r["workload"] == w for r in ok)},
                                    seed=min(int(r["seed"]) for r in ok) if ok else SEEDS[0])],
             published=[{"metric": "CHR gain vs best(LRU, LPC) (the seed's, against saecache-seed's; "
-                                  "issue 18's goal is +5 over the best of five, in Goals)",
+                                  "our goal is +5 over the best of five, in Goals)",
                         "seed": "+4.8 … +5.9 points"},
                        {"metric": "TTFT vs production baselines", "seed": "1.4× … 2.7× better"}],
             goals=goals)

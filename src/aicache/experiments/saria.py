@@ -114,7 +114,7 @@ def _fmt(x: float | None, pct: bool = True) -> str:
 
 def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each label's CHAR relative to full duplicate (FD) and SSD writes relative to FD and
-    to the offline oracle (OR) — issue 18's frontier: CHAR ≥ 0.95 FD with writes ≤ 0.5 FD."""
+    to the offline oracle (OR) — the frontier goal: CHAR ≥ 0.95 FD with writes ≤ 0.5 FD."""
     out = []
     for r in rows:
         by = _by([q for q in rows if q.get("model") == r.get("model")], "label")
@@ -130,13 +130,13 @@ def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-#: the admission arms issue 18's frontier goal is judged for: the seed's rule at its
+#: the admission arms the frontier goal is judged for: the seed's rule at its
 #: best-coverage threshold, its reuse-branch variant and the learned admission
 GOAL_ARMS = ("E2", "E2∨R1", "LA", "learned")
 
 
 def _frontier_goals(frontier: Sequence[Mapping[str, Any]], trace: str) -> list[dict[str, Any]]:
-    """Issue 18's SARIA goal per arm of :data:`GOAL_ARMS`: CHAR ≥ 0.95× full duplicate's
+    """The SARIA frontier goal per arm of :data:`GOAL_ARMS`: CHAR ≥ 0.95× full duplicate's
     with SSD writes ≤ 0.5× full duplicate's and ≤ 1.5× the oracle's (the oracle's CHAR is
     full duplicate's, so this is "at equal CHAR" wherever the CHAR half is met)."""
     out = []

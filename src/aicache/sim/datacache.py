@@ -52,8 +52,10 @@ from aicache.policies.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
     from aicache.traces.workflows import WorkflowStream, WorkflowTrace
 
 MiB = 1 << 20
@@ -340,8 +342,8 @@ def simulate_datacache(
     hit_ms: float | None = None,
     miss_ms: float | None = None,
     remote_bw: float | None = None,
-    block_size: int = 4 * MiB,
-    advisor: Any = "statistical",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    advisor: AdvisorSpec = "statistical",
     seed: int = 0,
     scale: float = 1.0,
     system_params: dict[str, Any] | None = None,

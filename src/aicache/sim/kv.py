@@ -92,24 +92,24 @@ class SystemSpec:
 
 
 _FD = AdmissionRule(None, None, True)
-SYSTEMS: Registry[SystemSpec] = Registry("KV system")
-SYSTEMS.register("saria", SystemSpec("saria"), "SARIA: E/R admission, unified plan, partial promotion, coordinator")
-SYSTEMS.register("full-duplicate", SystemSpec("full-duplicate", admission=_FD),
+KV_SYSTEMS: Registry[SystemSpec] = Registry("KV system")
+KV_SYSTEMS.register("saria", SystemSpec("saria"), "SARIA: E/R admission, unified plan, partial promotion, coordinator")
+KV_SYSTEMS.register("full-duplicate", SystemSpec("full-duplicate", admission=_FD),
                  "SARIA with admission disabled (every block to SSD)")
-SYSTEMS.register("dram-only", SystemSpec("dram-only", ssd=False), "SARIA with SSD disabled")
-SYSTEMS.register("lmcache-plus", SystemSpec(
+KV_SYSTEMS.register("dram-only", SystemSpec("dram-only", ssd=False), "SARIA with SSD disabled")
+KV_SYSTEMS.register("lmcache-plus", SystemSpec(
     "lmcache-plus", admission=_FD, lookup=LookupMode.TIER_PREFIX, promotion=PromotionMode.ZERO,
     transfer=TransferMode.SERIAL), "full duplicate, tier-prefix lookup, serial tiers, no promotion")
-SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
+KV_SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
                                         promotion=PromotionMode.ZERO),
                  "KV only on SSD, read straight to GPU")
-SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
+KV_SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
                                               promotion=PromotionMode.FULL),
                  "HiCache-style: every SSD hit kept in DRAM (full duplicate)")
-SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
+KV_SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
                  "SARIA with offline oracle admission: persist exactly the blocks a later "
                  "request references (the frontier)")
-SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
+KV_SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
                                               promotion=PromotionMode.ZERO),
                  "FlexKV/Dynamo-style: SSD hits go to GPU only (full duplicate)")
 
@@ -294,7 +294,7 @@ def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndex
 
 def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
     """Check a parameter set; every problem is a one-line :class:`BadInput`."""
-    spec = SYSTEMS.get(p.system)
+    spec = KV_SYSTEMS.get(p.system)
     model = get_model(p.model)
     bt = model.block_tokens
     if p.dram_tokens < 0 or p.ssd_tokens < 0:

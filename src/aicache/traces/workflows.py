@@ -35,11 +35,11 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import Phase
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 GiB = 1 << 30
 KiB = 1 << 10
 MiB = 1 << 20
-BLOCK_SIZE = 4 * MiB  #: JuiceFS's default block size
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +231,7 @@ def _file_sizes(spec: WorkflowSpec, total: int, rng: np.random.Generator) -> lis
     return out
 
 
-def build_dataset(spec: WorkflowSpec, scale: float, seed: int, block_size: int = BLOCK_SIZE) -> Dataset:
+def build_dataset(spec: WorkflowSpec, scale: float, seed: int, block_size: int = DEFAULT_BLOCK_SIZE) -> Dataset:
     """The dataset of ``spec`` at ``scale`` (no bytes are written)."""
     total = int(round(spec.dataset_gib * GiB * scale))
     rng = np.random.default_rng([seed, 1])
@@ -311,7 +311,7 @@ PLAN_BYTES_PER_FILE = 256
 PLAN_BYTES_PER_BLOCK = 32
 
 
-def plan_bytes(spec: WorkflowSpec, scale: float, block_size: int = BLOCK_SIZE) -> float:
+def plan_bytes(spec: WorkflowSpec, scale: float, block_size: int = DEFAULT_BLOCK_SIZE) -> float:
     """Memory that planning ``spec`` at ``scale`` needs (files and blocks are counted
     before anything is allocated)."""
     total = spec.dataset_gib * GiB * scale
@@ -327,7 +327,7 @@ def physical_memory() -> int | None:
         return None
 
 
-def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int = BLOCK_SIZE,
+def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  memory: int | None = None) -> None:
     """A positive finite scale whose plan fits in this machine's memory (``memory``:
     physical memory, by default read from the OS)."""
@@ -347,7 +347,7 @@ def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int
 
 
 def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
-                      block_size: int = BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
+                      block_size: int = DEFAULT_BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
     """Generate workload ``name`` (W1..W3, T1..T6; optionally a :data:`VARIANTS` variant)
     as an in-memory block trace."""
     spec = _spec(name, variant)
@@ -433,7 +433,7 @@ def _phase_orders(ph: PhaseSpec, n_items: int, rng: np.random.Generator) -> Iter
         yield _phase_order(ph, n_items, rng)
 
 
-def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int = BLOCK_SIZE, *,
+def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, *,
                   variant: str | None = None) -> WorkflowStream:
     """Workload ``name`` as a :class:`WorkflowStream` (for traces too large to hold)."""
     spec = _spec(name, variant)

@@ -8,5 +8,5 @@
 * :mod:`~aicache.datacache.policy.blockmap` — stable file → block ids.
 * :mod:`~aicache.datacache.policy.baselines` — fixed eviction + prefetch systems, no
   cache, the clairvoyant bound.
-* :mod:`~aicache.datacache.policy.registry` — systems by name (``SYSTEMS``, ``make_system``).
+* :mod:`~aicache.datacache.policy.registry` — systems by name (``DATACACHE_SYSTEMS``, ``make_system``).
 """
