@@ -371,7 +371,8 @@ class DaemonPolicy:
         self._link = link
 
     @classmethod
-    def connect(cls, cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: AdvisorSpec | None,
+    def connect(cls, cache_dir: str, cache_size: int, block_size: int, policy: str,
+                advisor: AdvisorSpec | None,
                 seed: int, spawn: bool = True, timeout_s: float = 15.0,
                 call_timeout_s: float = 1.0, reconnect_s: float = 1.0) -> DaemonPolicy:
         """Join the directory's daemon (starting one unless ``spawn`` is False). A daemon
@@ -610,7 +611,8 @@ class DaemonPolicy:
             p.close()
 
 
-def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: AdvisorSpec | None,
+def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str,
+                 advisor: AdvisorSpec | None,
                  seed: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "aicache.datacache.daemon", "--cache-dir", cache_dir,
            "--cache-size", str(cache_size), "--block-size", str(block_size), "--policy", policy,

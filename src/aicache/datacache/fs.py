@@ -103,6 +103,7 @@ from aicache.units import DEFAULT_BLOCK_SIZE, parse_bool, parse_count, parse_rat
 
 if TYPE_CHECKING:
     from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.policies.system import DataCacheSystem
 
 log = logging.getLogger("aicache.datacache")
 
@@ -133,7 +134,8 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
                  target_options: dict[str, Any] | str | None = None,
                  fs: AbstractFileSystem | None = None, cache_dir: str | None = None,
                  cache_size: str | int = "10GiB", block_size: str | int = DEFAULT_BLOCK_SIZE,
-                 policy: Any = "chiron", advisor: AdvisorSpec | None = None, max_prefetch: int | str = 8,
+                 policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
+                 max_prefetch: int | str = 8,
                  max_prefetch_bytes: str | int = "256MiB", retries: int | str = 3,
                  request_timeout: float | str | None = None, metadata_ttl: float | str = 60.0,
                  seed: int | str = 0, root: str = "", daemon: bool | str = False, fo: str = "",

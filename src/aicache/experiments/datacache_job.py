@@ -65,13 +65,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from aicache.testing import S3Server, SlowFileSystem
 from aicache.errors import BadInput
 from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.policies.system import DataCacheSystem
 
 #: the job's systems, in report order (the seed's baselines for the data cache + Chiron)
 JOB_SYSTEMS: tuple[str, ...] = ("nocache", "juicefs", "alluxio", "chiron")
@@ -355,7 +358,7 @@ class RemoteSampleDataset:
         else:
             from aicache.datacache.fs import AICacheFileSystem
 
-            policy: Any = cfg.system
+            policy: str | DataCacheSystem = cfg.system
             if not cfg.shared_policy and cfg.make_system is not None:
                 policy = cfg.make_system()
             fs = AICacheFileSystem(fs=remote, cache_dir=cfg.cache_dir, cache_size=cfg.cache_bytes,

@@ -19,6 +19,7 @@ from aicache.datacache.shared import SharedTierSpec
 
 if TYPE_CHECKING:
     from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.policies.system import DataCacheSystem
 
 log = logging.getLogger("aicache.fuse")
 
@@ -27,7 +28,8 @@ FUSE_APIS = ("auto", "lowlevel", "highlevel")
 
 
 def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size: int,
-          policy: Any = "chiron", advisor: AdvisorSpec | None = None, params: EngineParams | None = None,
+          policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
+          params: EngineParams | None = None,
           foreground: bool = True, metrics_port: int | None = None,
           record: Callable[[float, str, int, int], None] | None = None,
           kernel_cache: bool = False, readahead_kb: int | None = None,
