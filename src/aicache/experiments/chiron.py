@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from aicache.adaptive.advisor.base import PATTERNS, Advice, Advisor, AdvisorSpec, DiagnosisRequest
 from aicache.adaptive.advisor.tokens import TokenCounter, default_counter
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 BASELINES = ("nocache", "juicefs", "alluxio", "juicefs-adaptive")
 #: ``chiron-seed`` = Chiron with the seed's executor table as written (docs/design/chiron.md),
@@ -276,7 +276,7 @@ class EndToEnd(Experiment):
                            title="JCT normalised to JuiceFS (seed 0)", ylabel="JCT / JuiceFS")
             figures = [Figure(p1, "Block-level cache hit ratio per workload and system (Fig. 11/12 left)."),
                        Figure(p2, "Job completion time normalised to JuiceFS (Fig. 11/12 right).")]
-        def goal(text: str, runs: list[bool]) -> dict[str, Any]:
+        def goal(text: str, runs: list[bool]) -> Goal:
             # met None = not evaluated (e.g. the demo's W1-only filter has no T runs)
             return {"goal": text, "met": all(runs) if runs else None,
                     "value": f"{sum(runs)}/{len(runs)} runs" if runs else "not run"}
@@ -344,7 +344,8 @@ class Micro(Experiment):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        tables, figures, goals = [], [], []
+        tables, figures = [], []
+        goals: list[Goal] = []
         for group in ("eviction", "prefetch"):
             rs = [r for r in ok if r["group"] == group]
             if not rs:
@@ -415,7 +416,8 @@ class Ablation(Experiment):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        tables, figures, goals = [], [], []
+        tables, figures = [], []
+        goals: list[Goal] = []
         gate = [r for r in ok if r["study"] == "gate"]
         if gate:
             rs: list[dict[str, Any]] = []
@@ -530,7 +532,7 @@ class OneTB(Experiment):
             figs.append(Figure(line_chart(norm, "cache_pct", "jct_norm", "system", Path(outdir) / "1tb_jct.png",
                                           title=f"JCT / JuiceFS (W1 x {top:g})", xlabel="cache (% of dataset)"),
                                "JCT normalised to JuiceFS (Fig. 16 right)."))
-        goals = []
+        goals: list[Goal] = []
         for scale, met in sorted(goals_met.items()):
             done = {pct for (sc, pct), rs in by.items() if sc == scale
                     and {r["system"] for r in rs} >= set(self.ARMS)}

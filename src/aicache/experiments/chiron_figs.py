@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aicache.adaptive.advisor.base import PATTERNS
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _mean_of, _pct, _workload,
                                         best_baseline, completed, simulate_cell, token_note, tokens_counted_by)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
@@ -202,7 +202,8 @@ class Advisors(ChironArms):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        table, goals, chart = [], [], []
+        table, chart = [], []
+        goals: list[Goal] = []
         versus: list[str] = []
         llm_tags = sorted({r["arm"] for r in ok if str(r.get("advisor", "")).startswith("llm:")})
         for w in ("W1", "W2", "W3"):
@@ -314,7 +315,8 @@ class Asynchrony(ChironArms):
         from aicache.experiments.plots import line_chart
 
         ok = completed(rows)
-        table, line, goals = [], [], []
+        table, line = [], []
+        goals: list[Goal] = []
         measured: list[str] = []
         for (w, scale) in sorted({(r["workload"], r["scale"]) for r in ok}):
             rs = [r for r in ok if r["workload"] == w and r["scale"] == scale]
@@ -412,7 +414,7 @@ class Confidence(ChironArms):
                 for a in rs[0]["answers"]:
                     if a[1] is not None and rs[0]["seed"] == 0:
                         points.append({"t": a[0], "c": a[2], "series": f"{arm}: {a[1]}"})
-        goals = []
+        goals: list[Goal] = []
         versus: list[str] = []
         for arm in sorted({r["advisor"] for r in table}):
             off = [r for r in table if r["advisor"] == arm and r["gate"] == "off"]
@@ -476,7 +478,8 @@ class Statistics(ChironArms):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        table, goals = [], []
+        table = []
+        goals: list[Goal] = []
         ours: list[str] = []
         for r in sorted(ok, key=lambda r: (str(r["arm"]), not r["statistics"])):
             table.append({"advisor": r["arm"], "gate": r.get("gate", "aicache"),
@@ -547,7 +550,7 @@ class Interval(ChironArms):
                   "JCT (s)": r["jct_seconds"], "CHR": r["chr"], "tokens": r["advisor_tokens"],
                   "calls": r["advisor_calls"], "anomaly reviews": r.get("reviews[chr anomaly]"),
                   "mean recovery (s)": r.get("recovery_s_mean")} for r in ok]
-        goals = []
+        goals: list[Goal] = []
         off = sorted((t for t in table if t["reflection"] == "off"), key=lambda t: t["interval (s)"])
         versus = ""
         if len(off) == 3:
@@ -595,7 +598,7 @@ class Theta(ChironArms):
         table = [{"theta": r["theta"], "feedback-triggered reviews": r.get("reviews[chr anomaly]"),
                   "all reviews": r["advisor_calls"], "mean recovery (s)": r.get("recovery_s_mean"),
                   "tokens": r["advisor_tokens"], "CHR": r["chr"], "JCT (s)": r["jct_seconds"]} for r in ok]
-        goals = []
+        goals: list[Goal] = []
         ends = [t for t in table if t["theta"] in (0.10, 0.40)]
         versus = ""
         if len(ends) == 2:

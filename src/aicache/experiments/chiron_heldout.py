@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aicache.experiments.base import Figure, ReportSection, Table
+from aicache.experiments.base import Figure, Goal, ReportSection, Table
 from aicache.experiments.chiron import BASELINES, TASKS, _mean, _pct, best_baseline, completed, top_chr_baseline
 from aicache.experiments.chiron_figs import ChironArms, adaptation
 
@@ -121,7 +121,7 @@ class HeldOut(ChironArms):
                               "median phase (s)": sorted(p["seconds"] for p in phases)[len(phases) // 2],
                               "mean lag to the right executor (s)": _mean([p["lag_s"] for p in got]),
                               "lag / phase (mean)": _mean([p["lag_s"] / p["seconds"] for p in got if p["seconds"]])})
-        goals = []
+        goals: list[Goal] = []
         if held:
             met = sum(r["met"] for r in held)
             goals.append({"goal": "held-out: highest CHR and JCT >= 5% below the best baseline on >= 80% of runs",

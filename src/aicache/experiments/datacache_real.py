@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 ARMS = ("nocache", "juicefs", "alluxio", "chiron")
 BASELINES = ("juicefs", "alluxio")
@@ -116,7 +116,7 @@ class DatacacheReal(Experiment):
                 row[f"s {ph['pattern']}"] = round(ph["seconds"], 2)
             row["switches"] = r.get("switches")
             table.append(row)
-        goals = []
+        goals: list[Goal] = []
         by = {r["system"]: r for r in ok}
         if "chiron" in by and any(b in by for b in BASELINES):
             ch = by["chiron"]

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 if TYPE_CHECKING:
     from aicache.kv.saecache import SAEState
@@ -95,9 +95,9 @@ BELOW_PTS = 0.5
 BELOW_RANGE = (5, 50)
 
 
-def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
-                gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
-                sub: str) -> list[dict[str, Any]]:
+def saecache_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
+                   gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
+                   sub: str) -> list[Goal]:
     """The SAECache goals, one row per variant, trace and capacity.
 
     ``mean[(trace, capacity, policy)]``: token hit ratio (averaged over ``sub``, e.g. the
@@ -106,7 +106,7 @@ def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any,
     seeds). The +5 goal compares with the best of LRU, LFU, S3-FIFO,
     SIEVE and the LPC stand-in at that capacity; the headroom share is (policy − LRU) /
     (Belady − LRU). A capacity the grid lacks gets a "not evaluated" row."""
-    goals: list[dict[str, Any]] = []
+    goals: list[Goal] = []
     for p in GOAL_POLICIES:
         for w in gain_traces:
             for c in GAIN_CAPS:
@@ -245,7 +245,7 @@ class Capacity(Experiment):
                           "TTFT LRU/saecache": (t_l / t_d) if t_l and t_d else None})
         seeds = sorted({int(r["seed"]) for r in ok})
         held = f" (seeds {'/'.join(map(str, seeds))}, held out)"
-        goals = issue_goals(chr_, _by(ok, ("workload", "seed", "capacity_pct", "policy"),
+        goals = saecache_goals(chr_, _by(ok, ("workload", "seed", "capacity_pct", "policy"),
                                       "token_hit_ratio"),
                             ("chat", "tool", "mix"), WORKLOADS, held, "seed")
         policies = [p for p in POLICIES if any(k[2] == p for k in chr_)]
@@ -370,7 +370,7 @@ class Mismatch(Experiment):
                     table.append({"run on": w, "variant": var, "ttft_mean_s": v,
                                   "token_hit_ratio": h.get((w, var)),
                                   "TTFT / matched fixed": v / matched if matched else None})
-        goals = []
+        goals: list[Goal] = []
         for pol in MISMATCH_POLICIES:
             on_l, fx_l = online_loss.get(pol), fixed_loss.get(pol)
             if on_l:
@@ -527,7 +527,7 @@ class Overhead(Experiment):
                 ratios.append(r)
             table.append({"workload": w, "policy": p, "µs/decision": v,
                           "decisions/s": 1e6 / v if v else None, "× LRU": r})
-        goals = []
+        goals: list[Goal] = []
         if ratios:
             goals.append({"goal": "SAECache per-decision cost ≤ 3× LRU", "met": max(ratios) <= 3.0,
                           "value": f"{min(ratios):.2f}×…{max(ratios):.2f}× LRU"})
@@ -705,7 +705,7 @@ class MooncakeTrace(Experiment):
                  for r in good]
         traces = [names[p] for p in ("all", "first", "second")
                   if any(r.get("part", "all") == p for r in good)]
-        goals = issue_goals(_by(named, ("trace", "capacity_pct", "policy"), "token_hit_ratio"),
+        goals = saecache_goals(_by(named, ("trace", "capacity_pct", "policy"), "token_hit_ratio"),
                             _by(named, ("trace", "part", "capacity_pct", "policy"), "token_hit_ratio"),
                             [t for t in traces if t != names["first"]], traces, "", "part")
         return ReportSection(
