@@ -15,13 +15,11 @@ import re
 import weakref
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from aicache.errors import BadInput
 from aicache.kv.radix import RadixNode
-
-if TYPE_CHECKING:  # the index imports this module; the attrs appear in signatures only
-    from aicache.kv.saria import RequestAttrs
+from aicache.kv.request_attrs import RequestAttrs
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ from aicache.kv.eviction import BlockEvictionPolicy, make_dram_policy
 from aicache.kv.models import BlockGeometry
 from aicache.kv.promotion import PromotionMode, PromotionParams, promotion_target
 from aicache.kv.radix import KVObject, Namespace, RadixNode, RadixTree, Tier
+from aicache.kv.request_attrs import RequestAttrs as RequestAttrs  # re-exported: the index's API
 
 #: weight of the newest eviction in the DRAM characteristic-time average (about the last
 #: 32 evictions count)
@@ -788,15 +789,3 @@ class KVIndex:
         """No SSD write is issued from now on (the device is full); copies already on the
         SSD keep serving, keep their LRU order and can still be evicted or lost."""
         self.ssd_admitting = False
-
-
-@dataclass(slots=True)
-class RequestAttrs:
-    """Per-request metadata copied onto new nodes (what semantic eviction policies read);
-    ``output_tokens`` (the tokens the request generated, −1 unknown) is seen by the
-    admission policy's ``on_store``."""
-
-    session: str | None = None
-    turn: int = -1
-    block_types: Sequence[str] | None = None
-    output_tokens: int = -1
