@@ -22,7 +22,8 @@ import xxhash
 from s3fixtures import s3, s3_dataset, s3_mount_options, start_mount, stop_mount  # noqa: F401
 
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 BLOCK = 64 * 1024
 NBLOCKS = 6

@@ -20,8 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aicache.datacache.store as store_mod
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.mapped import SUPPORTED, MappedBlocks
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason="mmap reads need CPython on Linux")
 

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE, VERIFY_MODES, BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import HEADER_SIZE, VERIFY_MODES, BlockStore
 from aicache.errors import BadInput
 
 BLOCK = 64 * 1024

@@ -126,6 +126,7 @@ from typing import Any
 from aicache.datacache.budget import (DEFAULT_FREE_SPACE_RATIO, check_free_space_ratio,
                                       disk_capped, join_users, settle_budget)
 from aicache.datacache.counters import pid_alive
+from aicache.datacache.keys import BlockKey, raw_bytes
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES, MappedBlocks
 from aicache.datacache.trust import check_cache_dir_trust
 
@@ -243,35 +244,11 @@ def check_cache_mode(mode: int | str) -> int:
     return m
 
 
-@dataclass(frozen=True, slots=True)
-class BlockKey:
-    """A block of one version of one remote file. Immutable content ⇒ safe to share."""
-
-    path: str
-    version: str
-    index: int
-
-    def digest(self, block_size: int) -> str:
-        """The file name of this block in a store of ``block_size`` blocks (the block size
-        is part of the name: block ``i`` of 1 MiB blocks is not block ``i`` of 4 MiB)."""
-        h = hashlib.blake2b(digest_size=16, key=block_size.to_bytes(8, "little"))
-        h.update(_raw(self.path))
-        h.update(b"\0")
-        h.update(_raw(self.version))
-        h.update(b"\0")
-        h.update(str(self.index).encode())
-        return h.hexdigest()
-
-    def identity(self, block_size: int) -> bytes:
-        """The identity part of this block's header (see :data:`HEADER`)."""
-        return _IDENT.pack(block_size, self.index, bytes.fromhex(self.digest(block_size)),
-                           _hash8(self.path), _hash8(self.version))
-
-
-def _raw(s: str) -> bytes:
-    """``s``'s bytes: UTF-8, and a file name that is not UTF-8 (decoded by Python with
-    ``surrogateescape``, as ``os.fsdecode`` does) as the bytes it was made of."""
-    return s.encode("utf-8", "surrogateescape")
+def key_identity(key: BlockKey, block_size: int) -> bytes:
+    """The identity part of ``key``'s block header in a store of ``block_size`` blocks
+    (see :data:`HEADER`): what a read compares before it trusts a block file."""
+    return _IDENT.pack(block_size, key.index, bytes.fromhex(key.digest(block_size)),
+                       _hash8(key.path), _hash8(key.version))
 
 
 def _to_db(s: str) -> str | bytes:
@@ -279,7 +256,7 @@ def _to_db(s: str) -> str | bytes:
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
-        return _raw(s)
+        return raw_bytes(s)
     return s
 
 
@@ -288,12 +265,12 @@ def _from_db(v: str | bytes) -> str:
 
 
 def _hash8(s: str) -> bytes:
-    return hashlib.blake2b(_raw(s), digest_size=8).digest()
+    return hashlib.blake2b(raw_bytes(s), digest_size=8).digest()
 
 
 def block_header(ident: bytes, data: bytes | memoryview) -> bytes:
     """The header of a block file holding ``data`` for the block whose identity is
-    ``ident`` (:meth:`BlockKey.identity`)."""
+    ``ident`` (:func:`key_identity`)."""
     return HEADER.pack(MAGIC, FORMAT_VERSION, DEFAULT_ALGO, len(data),
                        CHECKSUMS[DEFAULT_ALGO](data), *_IDENT.unpack(ident))
 
@@ -301,7 +278,7 @@ def block_header(ident: bytes, data: bytes | memoryview) -> bytes:
 def encode_block(key: BlockKey, data: bytes, block_size: int) -> bytes:
     """A block file's bytes (header, then payload) exactly as the store writes them: the
     format any other tier that keeps blocks (the shared tier) writes too."""
-    return block_header(key.identity(block_size), data) + data
+    return block_header(key_identity(key, block_size), data) + data
 
 
 def decode_block(key: BlockKey, blob: bytes, block_size: int) -> bytes | None:
@@ -312,7 +289,7 @@ def decode_block(key: BlockKey, blob: bytes, block_size: int) -> bytes | None:
     if n < 0 or n > block_size:
         return None
     head = blob[:HEADER_SIZE]
-    if BlockStore._fault(head, key.identity(block_size), n) != _OK:
+    if BlockStore._fault(head, key_identity(key, block_size), n) != _OK:
         return None
     data = blob[HEADER_SIZE:]
     return data if BlockStore._valid(head, data) else None
@@ -586,7 +563,7 @@ class BlockStore:
         w = self._paths.get(key)
         if w is None:
             d = key.digest(self.block_size)
-            w = (f"{self._blocks_dir}/{d[:2]}/{d}.blk", key.identity(self.block_size))
+            w = (f"{self._blocks_dir}/{d[:2]}/{d}.blk", key_identity(key, self.block_size))
             if len(self._paths) >= 1 << 20:
                 self._paths.clear()
             self._paths[key] = w
@@ -1012,7 +989,7 @@ class BlockStore:
         bs, idx, name, _ph, _vh = _IDENT.unpack_from(head, _IDENT_AT)
         if name.hex() != digest:
             return _MISPLACED
-        if key is not None and key.path and head[_IDENT_AT:] != key.identity(bs):
+        if key is not None and key.path and head[_IDENT_AT:] != key_identity(key, bs):
             return _MISPLACED
         if _LENGTH.unpack_from(head, 8)[0] != len(data) or len(data) > bs \
                 or not self._valid(head, data):

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 
 from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.fetch import _Flight
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort, Source
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.store import BlockStore
 
 #: separates a version from the page size in a page's key. A version is an ETag, a
 #: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
 
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.registry import make_system
 from aicache.datacache.policy.system import DataCacheSystem
-from aicache.datacache.store import BlockKey
 
 K = TypeVar("K")
 _NONE: tuple[int, ...] = ()
