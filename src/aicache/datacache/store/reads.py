@@ -40,7 +40,10 @@ class BlockReads:
                  racy_window_s: float, mapped: MappedBlocks) -> None:
         self.blocks_dir = blocks_dir
         self.block_size = block_size
-        self.verify_mode = verify
+        self._mode = verify
+        # the mode as two flags: an enum member lookup costs more than the test on a hit
+        self._full = verify is VerifyMode.FULL
+        self._hashes = verify is not VerifyMode.NONE
         #: verified blocks kept mapped (none in ``full`` mode: every read hashes anyway)
         self.mapped = mapped
         #: ``stat`` mode remembers a block only once its ctime is this old (nanoseconds)
@@ -49,6 +52,11 @@ class BlockReads:
         self._verified: dict[BlockKey, tuple[Sig, int]] = {}
         #: key -> (file path, expected header identity): a memo, not a second index
         self._paths: dict[BlockKey, tuple[str, bytes]] = {}
+
+    @property
+    def verify_mode(self) -> VerifyMode:
+        """When a read hashes the block (fixed for the reader's life)."""
+        return self._mode
 
     def where(self, key: BlockKey) -> tuple[str, bytes]:
         """(file path, expected header identity) of ``key`` — memoised, bounded."""
@@ -93,9 +101,8 @@ class BlockReads:
             if not stat.S_ISREG(st.st_mode):  # a directory where the block should be
                 return Fault.WRONG_TYPE
             n = st.st_size - HEADER_SIZE
-            mode = self.verify_mode
             sig: Sig | None
-            if mode is VerifyMode.FULL:
+            if self._full:
                 sig = None
             else:
                 sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -113,8 +120,7 @@ class BlockReads:
                 fault = header_fault(head, ident, n)
                 if fault is Fault.OK:
                     data = os.pread(fd, n, HEADER_SIZE)
-                    if len(data) != n or (mode is not VerifyMode.NONE
-                                          and not checksum_ok(head, data)):
+                    if len(data) != n or (self._hashes and not checksum_ok(head, data)):
                         data, fault = None, Fault.CORRUPT
                     elif sig is not None and time.time_ns() - st.st_ctime_ns > self.racy_ns:
                         v = self._verified
@@ -134,14 +140,14 @@ class BlockReads:
     def serves_ranges(self, key: BlockKey) -> bool:
         """Whether :meth:`range_fd` may serve ``key`` (it was verified in this process and
         the mode is not ``full``) — a memo lookup, no I/O."""
-        return self.verify_mode is not VerifyMode.FULL and key in self._verified
+        return not self._full and key in self._verified
 
     def range_fd(self, key: BlockKey, start: int, end: int) -> tuple[int, int, int] | None:
         """An open descriptor of ``key``'s block file if its current version was verified
         here, and where ``[start, end)`` (clipped) lies in it: ``(fd, file offset,
         length)``; the caller closes ``fd``. None otherwise."""
         seen = self._verified.get(key)
-        if seen is None or self.verify_mode is VerifyMode.FULL:
+        if seen is None or self._full:
             return None
         try:
             fd = os.open(self.where(key)[0], os.O_RDONLY | os.O_NOFOLLOW)
