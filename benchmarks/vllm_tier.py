@@ -75,7 +75,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# the tiny random-weight model (tests/harness/tiny_model.py) is a test harness, not shipped
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 BLOCK = 32  #: tokens per vLLM block (CPU attention wants a multiple of 32)
+
+
 def _default_trace() -> Path:
     """The Mooncake FAST'25 trace committed in the checkout (``traces/``)."""
     return Path(__file__).resolve().parents[1] / "traces" / "mooncake_fast25_synthetic.jsonl"
@@ -134,7 +139,7 @@ def _blocks_replay(reqs: list[tuple[list[int], int, str, float]], block_tokens: 
     timestamp; its turn is its index among its conversation's requests."""
     import numpy as np
 
-    from aicache.integrations.vllm.tiny_model import VOCAB
+    from harness.tiny_model import VOCAB
     memo: dict[int, list[int]] = {}
     nodes: set[tuple[int, ...]] = set()
     prompts: list[list[int]] = []
@@ -168,7 +173,7 @@ def _mix(x: int) -> int:
 def sessions(n: int, turns: int, first: int, new: int, seed: int) -> Replay:
     import numpy as np
 
-    from aicache.integrations.vllm.tiny_model import VOCAB
+    from harness.tiny_model import VOCAB
     rng = np.random.default_rng(seed)
     system = rng.integers(3, VOCAB, 2 * BLOCK).tolist()
     prompts = [system + rng.integers(3, VOCAB, first * BLOCK).tolist() for _ in range(n)]
@@ -245,7 +250,7 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
                       VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="ERROR",
                       OMP_NUM_THREADS=str(a.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
-    from aicache.integrations.vllm.tiny_model import build_tiny_llama
+    from harness.tiny_model import build_tiny_llama
     model = build_tiny_llama(Path(a.model_dir), hidden=a.hidden, layers=a.layers,
                              intermediate=2 * a.hidden)
     from vllm import LLM, SamplingParams
@@ -412,7 +417,7 @@ def main() -> None:
         a.model_dir = a.model_dir or tmp
         a.oracle_keys = str(Path(tmp) / "fs" / "fs_loaded.txt")
         res: dict[str, dict] = {}
-        from aicache.integrations.vllm.tiny_model import build_tiny_llama
+        from harness.tiny_model import build_tiny_llama
         build_tiny_llama(Path(a.model_dir), hidden=a.hidden, layers=a.layers,
                          intermediate=2 * a.hidden)  # once, before processes race for it
         for rnd in filter(None, rounds):

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from aicache.datacache.engine import CacheEngine, EngineParams, RemoteReadError
+from aicache.datacache.keys import BlockKey
 from aicache.testing import SlowFileSystem
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 BLOCK = 64 * 1024
 

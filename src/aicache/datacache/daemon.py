@@ -60,8 +60,9 @@ from aicache.datacache.policy.driver import (
     Victim,
     make_engine_system,
 )
+from aicache.datacache.keys import BlockKey
 from aicache.policies.system import DataCacheSystem
-from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, BlockKey, block_budget
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, block_budget
 from aicache.errors import BadInput
 from aicache.units import DEFAULT_BLOCK_SIZE
 

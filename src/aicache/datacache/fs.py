@@ -90,10 +90,10 @@ from aicache.datacache.engine import (
     CacheEngine,
     DaemonMode,
     EngineParams,
-    FileMeta,
     default_cache_dir,
 )
 from aicache.datacache.engine.sparse import ReadStream, streaming
+from aicache.datacache.keys import FileMeta
 from aicache.datacache.shared import DEFAULT_TIMEOUT_S, SharedTierSpec
 from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode

@@ -10,7 +10,7 @@
 """
 
 from aicache.datacache.engine.core import CacheEngine
-from aicache.datacache.engine.meta import FileMeta, file_meta
+from aicache.datacache.engine.meta import file_meta
 from aicache.datacache.engine.params import (
     DEFAULT_BLOCK_SIZE,
     DaemonMode,
@@ -25,7 +25,6 @@ __all__ = [
     "CacheEngine",
     "DaemonMode",
     "EngineParams",
-    "FileMeta",
     "RemoteReadError",
     "default_cache_dir",
     "file_meta",

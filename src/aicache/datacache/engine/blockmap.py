@@ -8,10 +8,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aicache.datacache.engine.meta import FileMeta, file_meta
+from aicache.datacache.engine.meta import file_meta
 from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.policy.driver import PolicyPort, SystemDriver
-from aicache.datacache.store import BlockKey
 from aicache.datacache.version import VersionScheme
 
 

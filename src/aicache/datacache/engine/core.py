@@ -77,7 +77,7 @@ from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
 from aicache.datacache.engine.blockmap import BlockMapping, FileBlocks
 from aicache.datacache.engine.fetch import Fetcher, _Flight
-from aicache.datacache.engine.meta import FileMeta, MetadataCache
+from aicache.datacache.engine.meta import MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
 from aicache.datacache.engine.sparse import (
@@ -87,6 +87,7 @@ from aicache.datacache.engine.sparse import (
     check_page_size,
     streaming,
 )
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -103,7 +104,6 @@ from aicache.datacache.store import (
     ALLOC_UNIT,
     HEADER_SIZE,
     INDEX_ROW,
-    BlockKey,
     Put,
     StoreFull,
     UncachedStore,

@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aicache.datacache.engine.blockmap import FileBlocks
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.engine.remote import RemoteReadError
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.store import BlockStore
 
 log = logging.getLogger("aicache.datacache")
 

@@ -24,23 +24,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.keys import FileMeta
 from aicache.datacache.version import VersionScheme
-
-@dataclass(frozen=True, slots=True)
-class FileMeta:
-    """What the engine knows of one remote file: its size and version (the block key's
-    version, see :mod:`aicache.datacache.version`); ``pin`` is what a range read asks the
-    remote for to get exactly that version, when it is not the version itself."""
-
-    path: str
-    size: int
-    version: str
-    pin: str = ""
-
 
 
 def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:

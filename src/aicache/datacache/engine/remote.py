@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aicache.datacache.engine.blockmap import FileBlocks
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.keys import FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import SharedTier
 from aicache.datacache.version import VersionGone, VersionScheme

@@ -41,13 +41,13 @@ from typing import Any
 
 from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.fetch import _Flight
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.engine.remote import FETCHED_AHEAD
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort, Source
 from aicache.datacache.shared import SharedTier
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.store import BlockStore
 from aicache.datacache.version import VersionScheme
 
 #: separates a version from the page size in a page's key. A version is an ETag, a

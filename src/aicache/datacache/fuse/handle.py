@@ -12,9 +12,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from aicache.datacache.engine import CacheEngine, FileMeta
+from aicache.datacache.engine import CacheEngine
 from aicache.datacache.engine.sparse import ReadStream, streaming
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey, FileMeta
+from aicache.datacache.store import BlockStore
 
 
 def _slice(blk: bytes, s: int, e: int) -> bytes:

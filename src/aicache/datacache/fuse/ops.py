@@ -49,7 +49,7 @@ from aicache.datacache.fuse.binding import (FUSE_CAP_SPLICE_WRITE, FuseOSError, 
 from aicache.datacache.fuse.fdledger import FdLedger
 from aicache.datacache.fuse.handle import AS_BYTES, AS_DESCRIPTOR, INTO_BUFFER, Handle
 from aicache.datacache.fuse.kernel import raise_readahead
-from aicache.datacache.store import BlockKey
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.version import VersionGone
 
 log = logging.getLogger("aicache.fuse")

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.registry import make_system
 from aicache.policies.system import DataCacheSystem
-from aicache.datacache.store import BlockKey
 
 if TYPE_CHECKING:
     from aicache.adaptive.advisor.base import AdvisorSpec

@@ -1,5 +1,5 @@
 """A tiny random-weight Llama and word-level tokenizer written to a directory, so tests and
-benchmarks run a real vLLM engine with no download (test harness, like ``cpu_worker``)."""
+benchmarks run a real vLLM engine with no download."""
 
 from __future__ import annotations
 
