@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from aicache.datacache.budget import disk_capped
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import BlockStore
 from aicache.errors import BadInput
 
 BLOCK = 64 * 1024

@@ -174,7 +174,8 @@ def test_remounting_over_a_dead_fuse_mount_names_the_stale_mount_and_the_unmount
 
 
 def _cache_dir(tmp_path: Path) -> Path:
-    from aicache.datacache.store import BlockKey, BlockStore
+    from aicache.datacache.keys import BlockKey
+    from aicache.datacache.store import BlockStore
 
     d = tmp_path / "cache"
     s = BlockStore(str(d), 1 << 20, 4096)

@@ -26,8 +26,8 @@ from s3fixtures import s3, s3_mount_options, start_mount, stop_mount  # noqa: F4
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.fs import AICacheFileSystem
 from aicache.datacache.fuse import fuse_available
+from aicache.datacache.keys import BlockKey
 from aicache.testing import S3Server, SlowFileSystem
-from aicache.datacache.store import BlockKey
 
 BLOCK = 64 * 1024
 BUCKET = "aicache-consistency"

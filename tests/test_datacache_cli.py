@@ -14,8 +14,9 @@ import pytest
 
 from aicache.cli.main import main
 from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.keys import BlockKey
 from aicache.testing import SlowFileSystem
-from aicache.datacache.store import HEADER_SIZE, BlockKey, stored_size
+from aicache.datacache.store import HEADER_SIZE, stored_size
 
 BLOCK = 32 * 1024
 

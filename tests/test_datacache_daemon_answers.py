@@ -19,8 +19,9 @@ import pytest
 
 from aicache.datacache.daemon import PolicyDaemon
 from aicache.datacache.engine import CacheEngine, EngineParams
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.policy.driver import SystemDriver, make_engine_system
-from aicache.datacache.store import HEADER_SIZE, BlockKey
+from aicache.datacache.store import HEADER_SIZE
 
 BLOCK = 4096
 HANG_S = 60.0  # only a reader blocked for good gets near this

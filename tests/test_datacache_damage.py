@@ -22,7 +22,8 @@ import xxhash
 from s3fixtures import s3, s3_dataset, s3_mount_options, start_mount, stop_mount  # noqa: F401
 
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 BLOCK = 64 * 1024
 NBLOCKS = 6
@@ -297,14 +298,14 @@ def test_temp_files_being_written_count_in_the_budget(tmp_path, monkeypatch) -> 
     cap = 3 * (BLOCK + HEADER_SIZE)
     s = BlockStore(tmp_path / "c", cap, BLOCK)
     seen = []
-    real = s._write_tmp
+    real = s.layout.write_tmp
 
-    def write_then_look(*args):
-        out = real(*args)
+    def write_then_look(*args, **kwargs):
+        out = real(*args, **kwargs)
         seen.append(s.disk_bytes())  # the temp file is on disk, not yet renamed
         return out
 
-    monkeypatch.setattr(s, "_write_tmp", write_then_look)
+    monkeypatch.setattr(s.layout, "write_tmp", write_then_look)
     try:
         for i in range(8):
             assert s.put(BlockKey("/f", "v", i), bytes([i]) * BLOCK)
@@ -317,7 +318,7 @@ def test_temp_files_being_written_count_in_the_budget(tmp_path, monkeypatch) -> 
 def test_a_dead_writers_reservation_is_swept_at_open(tmp_path) -> None:
     cap = 3 * (BLOCK + HEADER_SIZE)
     with BlockStore(tmp_path / "c", cap, BLOCK) as s:
-        s._db.execute("INSERT INTO reserved VALUES('999999999-1-1.tmp', ?)", (cap,))  # pid gone
+        s.index.reserve("999999999-1-1.tmp", cap)  # a writer whose pid is gone
     with BlockStore(tmp_path / "c", cap, BLOCK) as s:
         assert s.used == 0
         assert s.put(BlockKey("/f", "v", 0), b"x" * BLOCK)

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from aicache.datacache.engine import CacheEngine, EngineParams, RemoteReadError
+from aicache.datacache.keys import BlockKey
 from aicache.testing import SlowFileSystem
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 BLOCK = 64 * 1024
 
@@ -325,7 +326,7 @@ def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
 def test_a_policy_that_raises_never_fails_a_read(tmp_path, dataset) -> None:
     """A buggy system (every call raises): reads still return the right bytes, the budget
     still holds (the store evicts oldest-first), and the failures are counted."""
-    from aicache.datacache.policy.system import DataCacheSystem
+    from aicache.policies.system import DataCacheSystem
 
     class Broken(DataCacheSystem):
         name = "broken"

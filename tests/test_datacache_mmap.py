@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import aicache.datacache.store as store_mod
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.mapped import SUPPORTED, MappedBlocks
-from aicache.datacache.store import HEADER_SIZE, BlockKey, BlockStore
+from aicache.datacache.store import HEADER_SIZE, BlockStore
 
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason="mmap reads need CPython on Linux")
 
@@ -78,7 +78,7 @@ def test_a_block_read_again_is_mapped_and_then_served_without_opening_its_file(
         def no_open(*a, **k):  # noqa: ANN002, ANN003
             raise AssertionError("a mapped hit opened a file")
 
-        monkeypatch.setattr(store_mod.os, "open", no_open)
+        monkeypatch.setattr(os, "open", no_open)  # the hit path calls os.open
         for k, v in keys.items():
             assert hashlib.blake2b(s.get(k)).digest() == hashlib.blake2b(v).digest()
     finally:
@@ -352,7 +352,7 @@ def test_the_engine_reports_its_mapped_blocks_on_the_metrics_endpoint(tmp_path) 
     e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 24, policy="lru",
                     params=EngineParams(block_size=BLOCK))
     try:
-        e.store._racy_ns = int(WINDOW * 1e9)
+        e.store.reads.racy_ns = int(WINDOW * 1e9)
         assert e.read(str(src)) == data  # fetched
         settle()
         for _ in range(3):  # verified, remembered, mapped

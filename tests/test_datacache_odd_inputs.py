@@ -20,8 +20,9 @@ import pytest
 
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.fs import AICacheFileSystem
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.mapped import SUPPORTED as MMAP_SUPPORTED
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.store import BlockStore
 
 BLOCK = 4096
 #: a name made of bytes that are not UTF-8 (Latin-1 "café", and a lone 0xff)
@@ -174,7 +175,8 @@ def test_experiment_run_to_an_impossible_out_is_one_line_exit_2() -> None:
 TRUNCATED_READER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, sys.argv[4])
-    from aicache.datacache.store import BlockKey, BlockStore
+    from aicache.datacache.keys import BlockKey
+    from aicache.datacache.store import BlockStore
     cache, mode, put = sys.argv[1], int(sys.argv[2], 8), sys.argv[3] == "put"
     B = 4096
     want = bytes(range(256)) * (B // 256)

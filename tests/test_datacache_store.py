@@ -11,7 +11,9 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, BlockKey, BlockStore, stored_size
+from aicache.datacache.keys import BlockKey
+
+from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, BlockStore, stored_size
 
 CAP = 10_000
 BLOCK = 4096

@@ -23,7 +23,8 @@ import pytest
 
 from aicache.datacache.daemon import spawn_daemon
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import BlockKey, BlockStore, check_cache_mode
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import BlockStore, check_cache_mode
 from aicache.errors import BadInput
 
 BLOCK = 4096

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicache.datacache.engine import CacheEngine, EngineParams
-from aicache.datacache.store import HEADER_SIZE, VERIFY_MODES, BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey
+from aicache.datacache.store import HEADER_SIZE, VERIFY_MODES, BlockStore
 from aicache.errors import BadInput
 
 BLOCK = 64 * 1024
@@ -69,7 +70,7 @@ def fuse_ops(d, data: bytes, mode: str):  # type: ignore[no-untyped-def]
                     str(d / "src"), splice_bytes=1 << 20)
     ops.init("/")
     assert ops.engine is not None
-    ops.engine.store._racy_ns = 0
+    ops.engine.store.reads.racy_ns = 0
     return ops, ops.engine
 
 
@@ -109,7 +110,7 @@ def test_full_and_stat_detect_a_block_corrupted_after_it_was_verified(tmp_path, 
         for _ in range(3):  # verified, then (stat) served from the memo
             assert digest(s.get(key) or b"") == digest(data)
         if mode == "stat":
-            assert key in s._verified  # the fast path is really in use
+            assert s.serves_ranges(key)  # verified and remembered: the fast path is in use
         flip(s.block_path(key), HEADER_SIZE + 1234)
         assert s.get(key) is None  # never the corrupt bytes
         assert s.corrupt_dropped == 1
@@ -130,7 +131,7 @@ def test_stat_mode_does_not_remember_blocks_inside_the_racy_window(tmp_path) -> 
         data = payload(2)
         s.put(key, data)
         assert s.get(key) == data
-        assert key not in s._verified
+        assert not s.serves_ranges(key)  # not remembered: the next read hashes again
         flip(s.block_path(key), HEADER_SIZE)  # immediately: same coarse tick is possible
         assert s.get(key) is None
     finally:
@@ -220,7 +221,7 @@ def test_engine_passes_the_mode_and_refetches_a_corrupt_remembered_block(tmp_pat
     e = CacheEngine(fsspec.filesystem("file"), str(tmp_path / "cache"), 1 << 24, policy="lru",
                     params=EngineParams(block_size=BLOCK, verify="stat"))
     try:
-        e.store._racy_ns = int(WINDOW * 1e9)
+        e.store.reads.racy_ns = int(WINDOW * 1e9)
         assert e.read(path) == data
         settle()
         assert e.read(path) == data  # verified, remembered

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from aicache.datacache.engine import CacheEngine, EngineParams, FileMeta, RemoteReadError
+from aicache.datacache.engine import CacheEngine, EngineParams, RemoteReadError
 from aicache.datacache.engine.blockmap import PAGE_TAG, BlockLayout
 from aicache.datacache.engine.fetch import Flight, Flights, Offer
 from aicache.datacache.engine.meta import MetadataCache
 from aicache.datacache.engine.reader import BlockReader
 from aicache.datacache.engine.remote import RemoteClient
 from aicache.datacache.engine.sparse import PageReader, ReadStream
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.driver import Source
-from aicache.datacache.store import BlockKey
 from aicache.datacache.version import VersionGone, VersionScheme
 
 B = 1024

@@ -70,10 +70,11 @@ def test_prefix_evicted_from_engine_and_dram_is_served_from_ssd_tier(model_dir, 
 
 def _build_once(model_dir: Path) -> Path:
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    tests = str(Path(__file__).resolve().parent)  # harness/ is a test package, not shipped
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, tests, os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run([sys.executable, "-c",
                         "import sys; from pathlib import Path;"
-                        "from aicache.integrations.vllm.tiny_model import build_tiny_llama;"
+                        "from harness.tiny_model import build_tiny_llama;"
                         "print(build_tiny_llama(Path(sys.argv[1])))", str(model_dir)],
                        env=env, check=True, timeout=300, capture_output=True, text=True)
     return Path(p.stdout.strip().splitlines()[-1])

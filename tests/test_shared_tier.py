@@ -36,9 +36,10 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from aicache.datacache.engine import CacheEngine, EngineParams, file_meta
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import CircuitBreaker, SharedTier, SharedTierSpec
-from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
+from aicache.datacache.store import HEADER_SIZE, decode_block, encode_block
 from aicache.datacache.version import scheme_for
 from aicache.sim.datacache import (MiB, BlockWorkload, CostModel, PhaseSegment, SharedTierCost,
                                    simulate_datacache)

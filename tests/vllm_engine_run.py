@@ -23,11 +23,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 BLOCK = 32
-from aicache.integrations.vllm.tiny_model import VOCAB  # noqa: E402
+from harness.tiny_model import VOCAB  # noqa: E402  (tests/ is this script's sys.path[0])
 
 
 def build_model(d: Path) -> Path:
-    from aicache.integrations.vllm.tiny_model import build_tiny_llama
+    from harness.tiny_model import build_tiny_llama
 
     return build_tiny_llama(d)
 

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
 
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.mount import add_engine_args
     from aicache.cli.output import help_text
 
@@ -70,10 +73,11 @@ def run(args: argparse.Namespace) -> int:
     from aicache.cli.mount import (check_cache_dir, engine_config, engine_policy, remote_options_of,
                                    shared_spec_of)
     from aicache.cli.output import emit
+    from aicache.datacache.keys import BlockKey
     from aicache.progress import progress
     from aicache.datacache.budget import recorded_budget
     from aicache.datacache.engine import CacheEngine
-    from aicache.datacache.store import BlockKey, stored_size
+    from aicache.datacache.store import stored_size
 
     if args.threads < 1:
         raise BadInput(f"--threads {args.threads}: give 1 or more")

@@ -49,8 +49,9 @@ from typing import TypeVar
 import fsspec
 from fsspec.spec import AbstractFileSystem
 
+from aicache.datacache.keys import BlockKey
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.store import HEADER_SIZE, BlockKey, decode_block, encode_block
+from aicache.datacache.store import HEADER_SIZE, decode_block, encode_block
 from aicache.errors import BadInput
 
 log = logging.getLogger("aicache.datacache")

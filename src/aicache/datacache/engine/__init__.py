@@ -18,7 +18,7 @@ over parts that own their state (each built with its collaborators, testable alo
 """
 
 from aicache.datacache.engine.core import CacheEngine
-from aicache.datacache.engine.meta import FileMeta, file_meta
+from aicache.datacache.engine.meta import file_meta
 from aicache.datacache.engine.params import (
     DEFAULT_BLOCK_SIZE,
     DaemonMode,
@@ -33,7 +33,6 @@ __all__ = [
     "CacheEngine",
     "DaemonMode",
     "EngineParams",
-    "FileMeta",
     "RemoteReadError",
     "default_cache_dir",
     "file_meta",

@@ -8,9 +8,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.policy.driver import PolicyPort, SystemDriver
-from aicache.datacache.store import BlockKey
+from aicache.datacache.keys import BlockKey, FileMeta
 
 #: separates a version from the page size in a sparse page's key. A version is an ETag, a
 #: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none

@@ -87,7 +87,7 @@ from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
 from aicache.datacache.engine.blockmap import BlockLayout, FileBlocks
 from aicache.datacache.engine.fetch import Flight, Flights, Offer
-from aicache.datacache.engine.meta import FileMeta, MetadataCache
+from aicache.datacache.engine.meta import MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
 from aicache.datacache.engine.reader import BlockReader
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
@@ -97,6 +97,7 @@ from aicache.datacache.engine.sparse import (
     check_page_size,
     streaming,
 )
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import (
     AccessResult,
@@ -113,7 +114,6 @@ from aicache.datacache.store import (
     ALLOC_UNIT,
     HEADER_SIZE,
     INDEX_ROW,
-    BlockKey,
     Put,
     StoreFull,
     UncachedStore,

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
-from aicache.datacache.store import BlockKey
+from aicache.datacache.keys import BlockKey
 
 log = logging.getLogger("aicache.datacache")
 

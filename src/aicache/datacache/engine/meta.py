@@ -33,22 +33,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aicache.datacache.keys import FileMeta
 from aicache.datacache.version import VersionScheme
-
-
-@dataclass(frozen=True, slots=True)
-class FileMeta:
-    """What the engine knows of one remote file: its size and version (the block key's
-    version, see :mod:`aicache.datacache.version`); ``pin`` is what a range read asks the
-    remote for to get exactly that version, when it is not the version itself."""
-
-    path: str
-    size: int
-    version: str
-    pin: str = ""
 
 
 def file_meta(scheme: VersionScheme, path: str, info: dict[str, Any]) -> FileMeta:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from aicache.datacache.engine.blockmap import BlockLayout
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.engine.sparse import ReadStream, streaming
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey, FileMeta
+from aicache.datacache.store import BlockStore
 
 
 class DemandReads(Protocol):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
-from aicache.datacache.engine.meta import FileMeta
+from aicache.datacache.keys import FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.version import VersionGone, VersionScheme
 

@@ -40,11 +40,11 @@ from typing import Protocol
 
 from aicache.datacache.engine.blockmap import PAGE_TAG, PAGES_SUFFIX, BlockLayout, FileBlocks
 from aicache.datacache.engine.fetch import Flight, Flights
-from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import Source
-from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.keys import BlockKey, FileMeta
+from aicache.datacache.store import BlockStore
 
 __all__ = ["DENSE_SHARE", "PAGES_SUFFIX", "PAGE_TAG", "PageReader", "ReadStream", "check_page_size",
            "dense", "fetch_span", "joined_runs", "page_range", "streaming"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Protocol, TypeVar
 
-from aicache.datacache.engine import FileMeta
 from aicache.datacache.engine.reader import BlockReader, LocalBlock
 from aicache.datacache.engine.sparse import ReadStream
+from aicache.datacache.keys import FileMeta
 
 T_co = TypeVar("T_co", covariant=True)
 

@@ -6,8 +6,8 @@
 * :class:`~aicache.integrations.vllm.policy.SessionAdaptiveHostPolicy` — a ``CachePolicy``
   ordering vLLM's host-DRAM tier by SAECache; :class:`~aicache.integrations.vllm.policy.
   SariaLRUHostPolicy` by SARIA's default DRAM order.
-* :class:`~aicache.integrations.vllm.cpu_worker.CPUCopyTieringSpec` — a test harness: the
-  tiering spec with a plain torch copy worker, so the stack runs on vLLM's CPU backend.
+* :class:`~aicache.integrations.vllm.cpu_worker.CPUCopyTieringSpec` — the tiering
+  spec with a plain torch copy worker, so the stack runs on vLLM's CPU backend.
 
 The modules import vLLM; import them directly (vLLM's loaders do, by module path).
 """

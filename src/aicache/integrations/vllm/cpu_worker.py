@@ -1,4 +1,4 @@
-"""A test harness: vLLM's tiering offloading stack on vLLM's CPU backend.
+"""vLLM's tiering offloading stack on vLLM's CPU backend.
 
 vLLM's ``CPUOffloadingSpec.get_worker`` refuses a non-GPU platform: its worker copies
 between device KV pages and the host offload region with CUDA streams. The scheduler side
@@ -10,7 +10,8 @@ block↔chunk arithmetic (``blocks_per_chunk`` sub-blocks per chunk, a partial f
 per KV group located by ``block_indices``). Select it with ``"spec_name":
 "CPUCopyTieringSpec", "spec_module_path": "aicache.integrations.vllm.cpu_worker"``.
 
-This exists so the tests can run a real engine end to end on a CPU; on a GPU, leave
+This is what runs the stack on a CPU-only machine (users' and the tests' real engine runs;
+it ships because vLLM loads it by module path); on a GPU, leave
 ``spec_name`` at ``TieringOffloadingSpec`` and vLLM's own worker is used — the secondary
 tier and the host policy are unchanged. Only the direct KV layout is supported (not
 ``canonical_layout``).
@@ -117,8 +118,9 @@ class CPUCopyTieringSpec(TieringOffloadingSpec):
                 kv_bytes_per_chunk=self.kv_bytes_per_chunk,
                 cpu_page_size=self.cpu_page_size_per_worker)
             try:
-                self._worker = CPUCopyWorker(kv_caches, self.blocks_per_chunk, region)  # type: ignore[assignment]
+                self._worker = CPUCopyWorker(  # type: ignore[assignment]  # vLLM declares its GPU worker's type
+                    kv_caches, self.blocks_per_chunk, region)
             except Exception:
                 region.cleanup()
                 raise
-        return self._worker  # type: ignore[return-value]
+        return self._worker  # type: ignore[return-value]  # as above: vLLM's narrower declaration
