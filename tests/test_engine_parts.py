@@ -513,7 +513,7 @@ def test_a_fuse_read_asks_whether_its_block_is_local_once(tmp_path: Path) -> Non
     ops = CacheFuse(factory, str(tmp_path / "src"))
     ops.init("/")
     engine = made[0]
-    engine.store._racy_ns = 0  # a block file just written may be trusted at once (as in
+    engine.store.reads.racy_ns = 0  # a block file just written may be trusted at once (as in
     # test_datacache_verify_modes): the second read verifies it
     try:
         for _ in range(2):  # fetched and stored, then read whole once more: verified
