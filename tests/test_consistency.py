@@ -159,6 +159,82 @@ def test_s3_versioned_bucket_reads_the_opened_version_to_the_end(s3: S3Server, t
         assert meta.pin  # its VersionId pinned those reads
 
 
+def test_s3_open_asks_with_its_first_page_and_reads_that_version(
+        s3: S3Server, prefix: str, tmp_path: Path) -> None:  # noqa: F811
+    """An open that must ask the remote makes one GET of the file's first page instead of
+    a HEAD (S3 answers a range read with the object's size, ETag and VersionId), and keeps
+    the page: the header a reader reads first costs no second request. The version is the
+    one s3fs's ``info`` (a HEAD) names; a whole small file is one request in all; an empty
+    object, a missing path and a folder answer as they did with a HEAD."""
+    remote = s3fs_with_listing_cache(s3)
+    sizes = {"big": 3 * BLOCK + 5, "small": 100, "empty": 0}
+    files = {f"{prefix}/{name}/f.bin": rand(11 + i, n) for i, (name, n) in enumerate(sizes.items())}
+    big, small, empty = files
+    remote.pipe(files)  # one folder each: each open is the first in its folder (no listing)
+    fs = AICacheFileSystem(fs=remote, cache_dir=str(tmp_path / "c"), cache_size="64MiB",
+                           block_size=BLOCK, policy="lru", skip_instance_cache=True)
+    try:
+        head = s3.filesystem().info(big)
+        before = s3.requests.snapshot()
+        with fs.open(big) as f:
+            assert f.read(8) + f.read(92) == files[big][:100]  # a header read: the open's page
+            assert s3.requests.snapshot() - before == {"get": 1}
+            assert (f.size, f.meta.version) == (head["size"], "etag:" + head["ETag"].strip('"'))
+            f.seek(2 * BLOCK + 3)
+            assert f.read(1000) == files[big][2 * BLOCK + 3:2 * BLOCK + 1003]
+        assert fs.info(big)["size"] == len(files[big])  # the open's record answers info
+        before = s3.requests.snapshot()
+        with fs.open(small) as f:
+            assert f.read() == files[small]
+        assert fs.cat_file(small) == files[small]
+        assert s3.requests.snapshot() - before == {"get": 1}
+        with fs.open(empty) as f:  # S3 refuses a range of an empty object: info answers
+            assert f.size == 0 and f.read() == b""
+        with pytest.raises(FileNotFoundError):
+            fs.open(f"{prefix}/none/f.bin")
+        with pytest.raises(IsADirectoryError):
+            fs.open(f"{prefix}/big")
+        before = s3.requests.snapshot()
+        with fs.open(big) as f:  # the same reads again, within the TTL: nothing asked
+            assert f.read(100) == files[big][:100]
+            f.seek(2 * BLOCK + 3)
+            assert f.read(1000) == files[big][2 * BLOCK + 3:2 * BLOCK + 1003]
+        assert fs.cat_file(small) == files[small] and fs.cat_file(empty) == b""
+        assert s3.requests.snapshot() - before == {}
+    finally:
+        fs.close()
+
+
+def test_s3_versioned_bucket_open_is_pinned_by_the_version_its_first_page_named(
+        s3: S3Server, tmp_path: Path) -> None:  # noqa: F811
+    remote = s3fs_with_listing_cache(s3)
+    bucket = "aicache-versioned-open"
+    if not remote.exists(bucket):
+        remote.mkdir(bucket)
+    remote.call_s3("put_bucket_versioning", Bucket=bucket,
+                   VersioningConfiguration={"Status": "Enabled"})
+    path = f"{bucket}/v.bin"
+    old, new = rand(21, 3 * BLOCK), rand(22, 3 * BLOCK)
+    remote.pipe_file(path, old)
+    fs = AICacheFileSystem(fs=remote, cache_dir=str(tmp_path / "c"), cache_size="64MiB",
+                           block_size=BLOCK, policy="lru", metadata_ttl=0.0, skip_instance_cache=True)
+    try:
+        with fs.open(path) as f:
+            assert f.meta.pin == s3.filesystem().info(path)["VersionId"]
+            assert f.read(10) == old[:10]
+            s3.filesystem().pipe_file(path, new)
+            f.seek(BLOCK + 1)
+            assert f.read() == old[BLOCK + 1:]  # the opened version, to the end
+        with fs.open(path) as f:
+            assert f.read() == new
+        before, got = s3.requests.snapshot(), s3.requests.get_bytes
+        with fs.open(path) as f:  # a file seen before (TTL 0: asked again): a HEAD, no
+            assert f.read() == new  # first-page GET (its page may well be held: it is)
+        assert (s3.requests.snapshot() - before, s3.requests.get_bytes - got) == ({"head": 1}, 0)
+    finally:
+        fs.close()
+
+
 # -- local files ----------------------------------------------------------------------------
 def rewrite_keeping_size_and_mtime(p: Path, data: bytes, *, rename: bool) -> None:
     """What ``cp -p`` (in place) or ``rsync -t`` (a temp file renamed over) leave: same

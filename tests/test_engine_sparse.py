@@ -16,6 +16,7 @@ from aicache.datacache.engine.sparse import (
     check_page_size,
     dense,
     fetch_span,
+    joined_runs,
     page_range,
     streaming,
 )
@@ -49,6 +50,26 @@ def test_fetch_span_is_the_shortest_run_holding_every_missing_page() -> None:
                 if all(lo <= j <= hi for j in missing)]
         want = min(runs, key=lambda r: r[1] - r[0]) if missing else None
         assert fetch_span(first, last, present) == want
+
+
+def test_joined_runs_are_the_unions_of_two_or_more_adjacent_ranges() -> None:
+    rng = random.Random(8)
+    for _ in range(2000):
+        ranges, pos = [], 0
+        for _ in range(rng.randrange(0, 8)):
+            pos += rng.choice([0, 0, rng.randrange(1, 50)])  # adjacent, or a gap
+            n = rng.randrange(1, 40)
+            ranges.append((pos, pos + n))
+            pos += n
+        # brute force: group by adjacency, keep the groups of two or more
+        groups: list[list[tuple[int, int]]] = []
+        for r in ranges:
+            if groups and groups[-1][-1][1] == r[0]:
+                groups[-1].append(r)
+            else:
+                groups.append([r])
+        want = [(g[0][0], g[-1][1]) for g in groups if len(g) >= 2]
+        assert joined_runs(ranges) == want
 
 
 def _dense_reference(s: int, e: int, b0: int, b1: int, reads: list[tuple[int, int]] | None,
@@ -198,6 +219,58 @@ def test_a_streaming_reader_gets_whole_blocks_and_a_jumping_one_pages(tmp_path: 
         assert req.bytes == 3 * P  # page 0, and the two pages the 5000 bytes straddle
     finally:
         fs.close()
+
+
+def test_a_jumping_read_across_blocks_is_one_request_for_its_adjacent_pieces(
+        tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 6 * B + 999)
+    e = _engine(tmp_path)
+    req = Requests(e)
+    try:
+        meta = e.stat(path)
+        # nearly all of block 1 (a whole block) and 100 bytes of block 2 (a page): one GET
+        s, n = B + 300, B - 200
+        assert e.read_meta(meta, s, n) == data[s:s + n]
+        assert req.calls == [(B, 2 * B + P)]
+        # a sparse tail of block 3 and a sparse head of block 4: their pages, one GET
+        s = 4 * B - 100
+        assert e.read_meta(meta, s, 300) == data[s:s + 300]
+        assert req.calls[1:] == [(4 * B - P, 4 * B + P)]
+        # across a held block (block 1): the ranges either side are not adjacent, so each
+        # is fetched by its own piece, and nothing held is fetched again
+        req.calls.clear()
+        s = B - 50  # to 100 bytes into block 2's second page (its first is held)
+        assert e.read_meta(meta, s, B + P + 150) == data[s:s + B + P + 150]
+        assert sorted(req.calls) == [(B - P, B), (2 * B + P, 2 * B + 2 * P)]
+        # what was fetched together is stored as the pieces it served: no request again
+        req.calls.clear()
+        for s, n in ((B + 300, B - 200), (4 * B - 100, 300), (B - 50, B + P + 150)):
+            assert e.read_meta(meta, s, n) == data[s:s + n]
+        assert req.calls == []
+    finally:
+        e.close()
+
+
+def test_jumping_reads_across_blocks_return_the_file_s_bytes_with_at_most_one_request_each(
+        tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 7 * B + 4321)
+    e = _engine(tmp_path)
+    req = Requests(e)
+    rng = random.Random(9)
+    try:
+        meta = e.stat(path)
+        for _ in range(150):
+            s = rng.randrange(0, len(data) - 1)
+            n = rng.choice([rng.randrange(1, P), rng.randrange(P, B), rng.randrange(B, 3 * B)])
+            before = len(req.calls)
+            assert e.read_meta(meta, s, n) == data[s:s + n]  # a new run each time: it jumps
+            e.wait_prefetches()
+            made = req.calls[before:]
+            pieces = (min(s + n, len(data)) - 1) // B - s // B + 1
+            assert len(made) <= pieces
+            assert all(a % P == 0 and (b % P == 0 or b == len(data)) for a, b in made)
+    finally:
+        e.close()
 
 
 def test_a_block_already_held_serves_a_sparse_read_and_pages_stay_in_the_budget(

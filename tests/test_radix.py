@@ -116,6 +116,51 @@ def test_tree_agrees_with_dict_of_prefixes(ops: list[tuple[bool, object, list[in
     assert len(t) == sum(len(v) for v in ref.values())
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([A, B]),
+                          st.lists(st.integers(0, 3), min_size=0, max_size=6)),
+                min_size=1, max_size=30))
+def test_insert_resuming_after_a_match_builds_the_same_tree(
+        ops: list[tuple[object, list[int]]]) -> None:
+    """``insert(known=match(...))`` walks each key once and gives the very nodes (and
+    tree) a plain ``insert`` does; every node's namespace is its root's key."""
+    plain, resumed = RadixTree(), RadixTree()
+    for ns, keys in ops:
+        want = plain.insert(ns, keys, 0.0)
+        got = resumed.insert(ns, keys, 0.0, known=resumed.match(ns, keys))
+        assert [n.path() for n in got] == [n.path() for n in want]
+        assert len(resumed) == len(plain)
+        assert all(RadixTree.namespace_of(n) == ns for n in got)
+    for ns in (A, B):
+        assert sorted(n.path() for n in resumed.nodes(ns)) == sorted(
+            n.path() for n in plain.nodes(ns))
+
+
+def test_attach_links_a_detached_node_and_respects_a_held_one() -> None:
+    t = RadixTree()
+    (old,) = t.insert(A, [5], 0.0)              # metadata only: superseded by attach
+    mine = RadixNode(5, None, 1)
+    mine.E, mine.R = 2, 3
+    assert t.attach(A, mine) is mine
+    assert t.match(A, [5]) == [mine] and old.parent is None and len(t) == 1
+    assert RadixTree.namespace_of(mine) == A and mine.depth == 1
+    assert t.attach(A, mine) is mine            # already there: nothing changes
+    t.set_location(mine, KVObject.KV, Tier.SSD, True)
+    other = RadixNode(5, None, 1)
+    assert t.attach(A, other) is mine           # a node holding a copy is kept
+    assert t.match(A, [5]) == [mine] and other.parent is None
+
+
+def test_a_reclaimed_node_has_no_namespace() -> None:
+    t = RadixTree(window=1.0)
+    (n,) = t.insert(A, [1], 0.0)
+    root = t.root(A)
+    assert root is not None and root.key == A and RadixTree.namespace_of(root) == A
+    assert RadixTree.namespace_of(n) == A
+    assert t.reclaim(5.0) == 1
+    assert RadixTree.namespace_of(n) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=5), min_size=1, max_size=30),
        st.sampled_from(["E2", "R2", "full-duplicate"]),

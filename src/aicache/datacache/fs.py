@@ -314,7 +314,7 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
             raise PermissionError(f"{path}: aicache is read-only towards the remote (mode {mode!r}); "
                                   "write to the target filesystem directly")
         p = self._target_path(path)
-        return AICacheFile(self, p, self.engine.stat(p))
+        return AICacheFile(self, p, self.engine.stat(p, first_page=True))
 
     # -- unsupported writes ---------------------------------------------------------------
     def _readonly(self, *args: Any, **kwargs: Any) -> Any:

@@ -81,6 +81,8 @@ class VersionScheme:
     name: ClassVar[str] = "generic"
     #: whether :meth:`read` checks the version (False: a plain read, best effort)
     pinned: ClassVar[bool] = False
+    #: whether :meth:`read_first` can answer (a range read carries size and version)
+    reads_carry_info: ClassVar[bool] = False
 
     def __init__(self, namespace: str = "") -> None:
         #: prefixed to every version (the target's identity, see the module docstring)
@@ -105,6 +107,16 @@ class VersionScheme:
         :attr:`Identity.pin`); raises
         :class:`VersionGone` when that version is no longer there (pinned schemes)."""
         return bytes(fs.cat_file(path, start=start, end=end))
+
+    def read_first(self, fs: AbstractFileSystem, path: str,
+                   length: int) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` record (as ``fs.info`` gives it) and its first ``length``
+        bytes (all of it when shorter), both of the current version, from one request: for
+        a target whose range reads answer with the object's size and version. None where
+        they do not (fsspec's ``cat_file`` returns bytes only: the caller asks ``info``),
+        or where the answer cannot tell what ``path`` is (a missing key, a folder, an empty
+        object): the caller then asks ``info``, as without this."""
+        return None
 
 
 class LocalScheme(VersionScheme):
@@ -142,6 +154,7 @@ class S3Scheme(VersionScheme):
 
     name = "s3"
     pinned = True
+    reads_carry_info = True
 
     def identify(self, info: Mapping[str, Any]) -> Identity:
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
@@ -177,6 +190,42 @@ class S3Scheme(VersionScheme):
             if _precondition_failed(exc):
                 raise VersionGone(path, version, "overwritten") from exc
             raise
+
+    def read_first(self, fs: AbstractFileSystem, path: str,
+                   length: int) -> tuple[dict[str, Any], bytes] | None:
+        """A GET of ``bytes=0-(length-1)`` answers with the object's size (the total of its
+        ``Content-Range``), ETag and VersionId: the record s3fs's ``info`` makes of a HEAD."""
+        from fsspec.asyn import sync
+
+        bucket, key, vid = fs.split_path(path)
+        if not key or vid:
+            return None
+
+        async def get() -> tuple[dict[str, Any], bytes]:
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
+                                     Range=f"bytes=0-{length - 1}")
+            try:
+                return resp, bytes(await resp["Body"].read())
+            finally:
+                resp["Body"].close()
+
+        try:
+            resp, body = sync(fs.loop, get)
+        except FileNotFoundError:  # a missing key, or a folder: info tells which
+            return None
+        except OSError as exc:
+            if _status_is(exc, 416, "InvalidRange"):  # an empty object has no byte 0
+                return None
+            raise
+        total = str(resp.get("ContentRange") or "").rpartition("/")[2]
+        if resp.get("ContentRange") and not total.isdigit():  # "*": size unknown
+            return None
+        size = int(total) if total.isdigit() else int(resp["ContentLength"])  # range ignored
+        info = {"ETag": resp.get("ETag", ""), "LastModified": resp.get("LastModified", ""),
+                "size": size, "name": f"{bucket}/{key}", "type": "file",
+                "StorageClass": resp.get("StorageClass", "STANDARD"),
+                "VersionId": resp.get("VersionId"), "ContentType": resp.get("ContentType")}
+        return info, body[:length]
 
 
 class GCSScheme(VersionScheme):
@@ -243,12 +292,17 @@ class HTTPScheme(VersionScheme):
 
 def _precondition_failed(exc: BaseException) -> bool:
     """Whether s3fs's translated error came from a 412 PreconditionFailed."""
+    return _status_is(exc, 412, "PreconditionFailed") or "Precondition Failed" in str(exc)
+
+
+def _status_is(exc: BaseException, status: int, code: str) -> bool:
+    """Whether s3fs's translated error came from an S3 error ``code`` (HTTP ``status``)."""
     for e in (exc, exc.__cause__, exc.__context__):
         resp = getattr(e, "response", None)
-        if isinstance(resp, dict) and (resp.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
-                                       or resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412):
+        if isinstance(resp, dict) and (resp.get("Error", {}).get("Code") in (code, str(status))
+                                       or resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == status):
             return True
-    return "PreconditionFailed" in str(exc) or "Precondition Failed" in str(exc)
+    return code in str(exc)
 
 
 #: version schemes by name; :data:`PROTOCOLS` says which one a protocol uses

@@ -24,7 +24,16 @@ share two pieces:
   no DRAM tier (the engine owns memory): slab files with per-block checksums, crash
   recovery by header scan, an SSD LRU within the byte budget. Each chunk is one block
   directly under its namespace's root (the engine's keys are already chained, so a chunk
-  needs no parent to be found again, and recovery keeps every chunk).
+  needs no parent to be found again, and recovery keeps every chunk); its geometry is a
+  :class:`ChunkGeometry` (opaque bytes), not a model's. A write learns from the store's
+  :class:`~aicache.kvstore.store.StoreOutcome` what it did and which chunks it evicted.
+
+SARIA's evidence has one home: the gate's node for a chunk *is* the store's block node
+once the chunk is written (:meth:`SlabChunkStore.write` links it into the store's tree),
+so the slab header persists the gate's ``E``/``R`` and a restart hands the same counters
+back to the gate (:meth:`SlabChunkStore.recovered`, :meth:`AdmissionGate.learn`). The
+store never counts on these nodes itself (no DRAM tier: no eviction boundary; reads do
+not count a reuse — the gate counts the engine's requests).
 
 Neither piece is thread-safe: an adapter calls them from one thread or under one lock.
 """
@@ -46,7 +55,6 @@ from aicache.kv.admission import LearnedRule, SSDAdmission
 from aicache.kv.admissions import (
     SSD_ADMISSIONS, AdmissionContext, ChunkFactory, make_ssd_admission,
 )
-from aicache.kv.models import ModelSpec
 from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.saria import KVIndexParams
 from aicache.kv.write_budget import (
@@ -54,7 +62,7 @@ from aicache.kv.write_budget import (
 )
 from aicache.units import parse_duration
 from aicache.kvstore.ssd import lifetime_days
-from aicache.kvstore.store import TieredKVStore, TieredKVStoreParams
+from aicache.kvstore.store import StoreOutcome, TieredKVStore, TieredKVStoreParams
 
 _SSD = int(Tier.SSD)
 StoreKey = tuple[str, bytes]  #: (namespace, ≤ 32-byte chunk hash): how the store names a chunk
@@ -65,13 +73,15 @@ def digest32(key: bytes) -> bytes:
     return key if len(key) <= 32 else hashlib.blake2b(key, digest_size=32).digest()
 
 
-#: SARIA's counters (``E``, ``R``) for a chunk the gate knows, held or not: a metadata-only
-#: radix node (one chunk, no parent), the object the index's admissions read
+#: SARIA's counters (``E``, ``R``) for a chunk the gate knows, held or not: a radix node,
+#: the object the index's admissions read — detached until the chunk is written, then the
+#: store's node for it (module docstring)
 Evidence = RadixNode
 
 
 def new_evidence(sk: StoreKey) -> Evidence:
-    return RadixNode(sk, None, 1)
+    """A detached node keyed by the chunk's hash, as the store's tree keys it."""
+    return RadixNode(sk[1], None, 1)
 
 
 @dataclass(slots=True)
@@ -326,10 +336,11 @@ class AdmissionGate:
     def evidence(self, sk: StoreKey) -> Evidence | None:
         return self._ev.get(sk)
 
-    def learn(self, sk: StoreKey) -> None:
-        """Know ``sk`` without an offer (a chunk recovered from the SSD)."""
+    def learn(self, sk: StoreKey, ev: Evidence | None = None) -> None:
+        """Know ``sk`` without an offer (a chunk recovered from the SSD, with ``ev`` the
+        counters its slab header kept)."""
         if sk not in self._ev:
-            self._ev[sk] = new_evidence(sk)
+            self._ev[sk] = ev if ev is not None else new_evidence(sk)
             while len(self._ev) > self.capacity:
                 self._ev.popitem(last=False)
 
@@ -374,19 +385,41 @@ class WriteOutcome:
     dropped: list[StoreKey] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkGeometry:
+    """An engine's KV chunk as the store's index sees it (a
+    :class:`~aicache.kv.models.BlockGeometry`): a block of one "token" holding all
+    ``chunk_bytes``, dense. The engine's chunk is opaque bytes here — its layers, heads
+    and token count are the engine's business (they are in the namespace, not the
+    geometry)."""
+
+    chunk_bytes: int
+    name: str = "engine-chunk"
+    block_tokens: int = 1
+    checkpoint_tokens: int = 0
+    checkpoint_bytes: int = 0
+    hybrid: bool = False
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.chunk_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        return self.chunk_bytes
+
+
 class SlabChunkStore:
-    """Fixed-size chunks in slab files (module docstring). ``chunk_bytes`` must be even
-    (the store's model is one "token" of ``chunk_bytes`` with a K and a V half)."""
+    """Fixed-size chunks in slab files (module docstring)."""
 
     def __init__(self, root_dir: str | Path, ssd_bytes: int, chunk_bytes: int, *,
                  io_threads: int = 4, slab_bytes: int = 32 << 20) -> None:
-        if chunk_bytes <= 0 or chunk_bytes % 2:
-            raise BadInput(f"chunk of {chunk_bytes} B: the SSD tier needs an even, positive "
-                           f"chunk size")
+        if chunk_bytes <= 0:
+            raise BadInput(f"chunk of {chunk_bytes} B: the SSD tier needs a positive chunk size")
         self.chunk_bytes = chunk_bytes
-        model = ModelSpec("engine-chunk", 1, 1, chunk_bytes // 2, dtype_bytes=1, block_tokens=1)
         self.store = TieredKVStore(TieredKVStoreParams(
-            index=KVIndexParams(model=model, dram_bytes=0, ssd_bytes=int(ssd_bytes)),
+            index=KVIndexParams(model=ChunkGeometry(chunk_bytes), dram_bytes=0,
+                                ssd_bytes=int(ssd_bytes)),
             directory=root_dir, io_threads=int(io_threads),
             slab_bytes=min(int(slab_bytes), int(ssd_bytes))))
 
@@ -395,41 +428,60 @@ class SlabChunkStore:
         ssd = self.store.ssd
         return ssd.n_slots if ssd is not None else 0
 
-    def recovered(self, ns_prefix: str) -> list[StoreKey]:
+    def recovered(self, ns_prefix: str) -> list[tuple[StoreKey, Evidence]]:
         """Chunks on the SSD under namespaces starting with ``ns_prefix`` (after a restart:
-        what a previous process left). Other namespaces are never reported."""
+        what a previous process left), each with its node — the counters its header kept,
+        for :meth:`AdmissionGate.learn`. Other namespaces are never reported."""
         tree = self.store.index.tree
-        out: list[StoreKey] = []
-        for ns in tree.namespaces():
+        out: list[tuple[StoreKey, Evidence]] = []
+        for ns in tree.namespaces():  # once, at open: the namespaces a restart found
             if not str(ns).startswith(ns_prefix):
                 continue
             root = tree.root(ns)
             for key, node in ((root.children or {}).items() if root is not None else ()):
                 if node.kv_loc & _SSD and isinstance(key, bytes):
-                    out.append((str(ns), key))
+                    out.append(((str(ns), key), node))
         return out
 
     def holds(self, sk: StoreKey) -> bool:
+        """Whether chunk ``sk`` is on the SSD (no reuse counted)."""
         return self.store.lookup(sk[0], [sk[1]], begin=False).hit_blocks == 1
 
-    def write(self, items: Sequence[tuple[StoreKey, np.ndarray]], ns_prefix: str) -> WriteOutcome:
+    def write(self, items: Sequence[tuple[StoreKey, np.ndarray]], ns_prefix: str,
+              evidence: Mapping[StoreKey, Evidence] | None = None) -> WriteOutcome:
         """Persist ``items`` (each a chunk's flat uint8 bytes) and wait for the writes. A
-        chunk the store could not keep is in ``failed``; ``dropped`` lists the chunks of
-        ``ns_prefix`` namespaces the SSD LRU gave up for room."""
+        chunk the store does not hold once they are done (its write failed, or a later
+        item's write evicted it) is in ``failed``; ``dropped`` lists the chunks of
+        ``ns_prefix`` namespaces the SSD LRU gave up for room and not held at the end.
+        ``evidence[sk]``: the gate's node for chunk ``sk``, which becomes the store's
+        node (its header persists those counters)."""
         store = self.store
+        tree = store.index.tree
         out = WriteOutcome()
+        outcomes: list[StoreOutcome] = []
         try:
             for sk, data in items:
-                moves = store.store(sk[0], [sk[1]], [data])
-                out.dropped.extend(self._keys_of(moves.ssd_drops, ns_prefix))
-            if store.ssd is not None:
-                store.ssd.drain()  # the writes ran on the store's I/O pool
-            for sk, _ in items:  # a failed write was forgotten by the store
-                (out.ok if self.holds(sk) else out.failed).append(sk)
+                ev = evidence.get(sk) if evidence is not None else None
+                if ev is not None:
+                    tree.attach(sk[0], ev)
+                outcomes.append(store.store(sk[0], [sk[1]], [data]))
+            store.settle(*outcomes)  # the writes ran on the store's I/O pool
+            broken = False
         except Exception:  # noqa: BLE001 - an I/O error is these chunks' failure, never a crash
-            out.ok, out.failed = [], [sk for sk, _ in items]
-        held = set(out.ok)
-        out.dropped = [sk for sk in out.dropped if sk not in held]
+            broken = True
+        held: set[StoreKey] = set()
+        evicted: list[StoreKey] = []
+        for (sk, _), res in zip(items, outcomes):
+            for ns, key in res.ssd_evicted:  # made room for this item: gone before it came
+                if isinstance(key, bytes):
+                    held.discard((ns, key))
+                    if ns.startswith(ns_prefix):
+                        evicted.append((ns, key))
+            if res.on_ssd(0) and not broken:
+                held.add(sk)
+        for sk, _ in items:
+            (out.ok if sk in held else out.failed).append(sk)
+        out.dropped = [sk for sk in evicted if sk not in held]
         return out
 
     def read(self, sk: StoreKey, dst: np.ndarray) -> bool:
@@ -438,7 +490,7 @@ class SlabChunkStore:
         error; ``dst`` then holds no promise."""
         store = self.store
         try:
-            plan = store.lookup(sk[0], [sk[1]])
+            plan = store.lookup(sk[0], [sk[1]], count_reuse=False)  # the gate counts reuse
         except Exception:  # noqa: BLE001
             return False
         try:
@@ -447,17 +499,6 @@ class SlabChunkStore:
             return False
         finally:
             store.release(plan)
-
-    def _keys_of(self, nodes: Iterable[RadixNode], ns_prefix: str) -> list[StoreKey]:
-        """Store keys of dropped chunks (a chunk's parent is its namespace's root)."""
-        tree = self.store.index.tree
-        roots = {id(tree.root(ns)): str(ns) for ns in tree.namespaces()}
-        out: list[StoreKey] = []
-        for n in nodes:
-            ns = roots.get(id(n.parent))
-            if ns is not None and ns.startswith(ns_prefix) and isinstance(n.key, bytes):
-                out.append((ns, n.key))
-        return out
 
     def ssd_metrics(self, elapsed_s: float) -> dict[str, float | int | str | None]:
         """Bytes written to the slab files, the budget, and the lifetime at that rate."""

@@ -15,8 +15,31 @@ blocks for hybrids, 512 for dense models.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from aicache.registry import Registry
+
+
+class BlockGeometry(Protocol):
+    """What the SARIA index and the real store read of a KV layout: a block's tokens and
+    bytes, and recurrent checkpoints (none: dense). A model's :class:`ModelSpec` is one;
+    an engine tier whose unit is an opaque fixed-size chunk has its own (one "token" of
+    the chunk's bytes), so no model is made up for it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def block_tokens(self) -> int: ...
+    @property
+    def checkpoint_tokens(self) -> int: ...
+    @property
+    def checkpoint_bytes(self) -> int: ...
+    @property
+    def kv_bytes_per_token(self) -> int: ...
+    @property
+    def hybrid(self) -> bool: ...
+    @property
+    def block_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

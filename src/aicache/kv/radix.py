@@ -27,6 +27,8 @@ Invariants
   :meth:`RadixTree.reclaim` removes it — but only leaf-first, and never while pinned.
   Non-resident nodes sit in an intrusive list ordered by the time they became candidates;
   a node is reclaimed no earlier than ``window`` after its last touch.
+* A namespace's root is a node whose ``key`` is the namespace (and whose ``parent`` is
+  None), so a block's namespace is found by walking up (:meth:`RadixTree.namespace_of`).
 * Logical time is always passed in (``now``); nothing here reads a clock.
 """
 
@@ -161,18 +163,25 @@ class RadixTree:
 
     def insert(self, ns: Namespace, keys: Sequence[Hashable], now: float,
                tokens: Sequence[int] | None = None,
-               ckpt: Sequence[bool] | None = None) -> list[RadixNode]:
+               ckpt: Sequence[bool] | None = None,
+               known: Sequence[RadixNode] = ()) -> list[RadixNode]:
         """Nodes for every key of the path, creating missing ones (metadata only, no copy).
 
         ``tokens[i]`` / ``ckpt[i]`` give a new node's token count and whether it ends at a
-        checkpoint boundary. Every node of the path is touched at ``now``.
+        checkpoint boundary. Every node of the path is touched at ``now``. ``known``: what
+        :meth:`match` just returned for these keys (nothing changed the tree since); the
+        walk resumes after it, so a caller that matched first walks each key once.
         """
-        root = self._roots.get(ns)
-        if root is None:
-            root = self._roots[ns] = RadixNode(None, None)
-        out: list[RadixNode] = []
-        node = root
-        for i, k in enumerate(keys):
+        out: list[RadixNode] = list(known)
+        if out:
+            node = out[-1]
+        else:
+            root = self._roots.get(ns)
+            if root is None:
+                root = self._roots[ns] = RadixNode(ns, None)
+            node = root
+        for i in range(len(out), len(keys)):
+            k = keys[i]
             ch = node.children
             if ch is None:
                 ch = node.children = {}
@@ -188,6 +197,41 @@ class RadixTree:
             node = nxt
         self.touch(out, now)
         return out
+
+    def attach(self, ns: Namespace, node: RadixNode) -> RadixNode:
+        """Link a detached node (no parent, no children: e.g. counters kept for a block
+        before it is stored, or a node reclaimed earlier) under ``ns``'s root as block
+        ``node.key``, and return the node now there. A node of that key already there
+        that holds no copy, no pin and no child is unlinked first (``node``'s counters
+        supersede its metadata); one that does is kept and returned instead."""
+        root = self._roots.get(ns)
+        if root is None:
+            root = self._roots[ns] = RadixNode(ns, None)
+        if node.parent is root:
+            return node
+        if node.parent is not None or node.children:
+            raise ValueError(f"attach: {node!r} is already in a tree or has children")
+        ch = root.children
+        if ch is None:
+            ch = root.children = {}
+        old = ch.get(node.key)
+        if old is not None:
+            if old.resident or old.pins or old.children:
+                return old
+            if old._listed:
+                self._list_unlink(old)
+            old._parked = False
+            del ch[old.key]
+            old.parent = None
+            self._size -= 1
+        node.parent = root
+        node.depth = 1
+        node._parked = False
+        ch[node.key] = node
+        self._size += 1
+        if not node.resident and not node._listed:
+            self._list_append(node)
+        return node
 
     def touch(self, path: Sequence[RadixNode], now: float) -> None:
         """Mark a path reused/recomputed at ``now`` (restarts its metadata window)."""
@@ -305,6 +349,15 @@ class RadixTree:
 
     def namespaces(self) -> list[Namespace]:
         return list(self._roots)
+
+    @staticmethod
+    def namespace_of(node: RadixNode) -> Namespace | None:
+        """The namespace of ``node``'s tree (its root's key); None once ``node`` or an
+        ancestor was reclaimed (unlinked: the walk ends at a block, depth > 0)."""
+        n = node
+        while n.parent is not None:
+            n = n.parent
+        return n.key if n.depth == 0 else None
 
     def nodes(self, ns: Namespace | None = None) -> Iterator[RadixNode]:
         """Every block node (depth-first), of one namespace or all."""

@@ -69,7 +69,7 @@ from typing import Any
 from aicache.errors import BadInput
 from aicache.kv.admission import AdmissionRule, RuleAdmission, SSDAdmission
 from aicache.kv.eviction import BlockEvictionPolicy, make_dram_policy
-from aicache.kv.models import ModelSpec
+from aicache.kv.models import BlockGeometry
 from aicache.kv.promotion import PromotionMode, PromotionParams, promotion_target
 from aicache.kv.radix import KVObject, Namespace, RadixNode, RadixTree, Tier
 
@@ -133,6 +133,9 @@ class Moves:
     #: queued writes (of earlier calls, :attr:`KVIndexParams.deferred_writes`) to abandon:
     #: their DRAM source is gone, so the block is lost from both tiers
     write_cancels: list[RadixNode] = field(default_factory=list)
+    #: a store call's path, in key order (``finish``/``store``/``put``): the nodes the
+    #: driver's payloads belong to, so it need not find them again
+    stored: list[RadixNode] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -174,7 +177,7 @@ class IndexStats:
 class KVIndexParams:
     """Configuration of one :class:`KVIndex` (capacities in bytes; 0 disables a tier)."""
 
-    model: ModelSpec
+    model: BlockGeometry  #: a :class:`~aicache.kv.models.ModelSpec`, or an engine's chunks
     dram_bytes: int
     ssd_bytes: int
     admission: AdmissionRule = AdmissionRule()
@@ -329,9 +332,11 @@ class KVIndex:
         plan.checkpoint, plan.checkpoint_source = ck_node, ck_src
         return plan
 
-    def begin(self, plan: ReloadPlan, now: float) -> Moves:
+    def begin(self, plan: ReloadPlan, now: float, *, count_reuse: bool = True) -> Moves:
         """A request starts reading ``plan``: pin its path, count reuse (R_b), refresh
-        recency, and start prewrites for blocks whose R_b reached θ_R."""
+        recency, and start prewrites for blocks whose R_b reached θ_R. Without
+        ``count_reuse`` R_b is left alone (a driver whose caller counts reuse itself: an
+        engine tier's gate, whose counters these nodes are)."""
         moves = Moves()
         if not plan.nodes:
             return moves
@@ -344,8 +349,9 @@ class KVIndex:
         pol, ssd_lru = self.policy, self.ssd_lru
         adm, prewrite = self.adm, self.p.prewrite and self.ssd_capacity > 0
         for n, src in zip(plan.nodes, plan.sources):
-            n.R += 1
-            adm.on_reference(n, now)
+            if count_reuse:
+                n.R += 1
+                adm.on_reference(n, now)
             n.t_reuse = now
             if src is Tier.DRAM:
                 n.t_access = now
@@ -361,13 +367,15 @@ class KVIndex:
 
     # ------------------------------------------------------------------ write path
     def finish(self, plan: ReloadPlan, keys: Sequence[Hashable], now: float, *,
-               tokens: Sequence[int], attrs: RequestAttrs | None = None) -> Moves:
+               tokens: Sequence[int], attrs: RequestAttrs | None = None,
+               known: Sequence[RadixNode] = ()) -> Moves:
         """Prefill is done: unpin, :meth:`store` the request's blocks past the reused
-        prefix, then promote SSD hits per the promotion mode."""
+        prefix, then promote SSD hits per the promotion mode. ``known``: as for
+        :meth:`store` (e.g. the plan's nodes, when ``keys`` extends them)."""
         if plan.nodes:
             self.tree.unpin(plan.nodes[-1])
         moves = self.store(plan.namespace, keys, now, tokens=tokens, attrs=attrs,
-                           skip=plan.hit_blocks, reused=plan.known_blocks)
+                           skip=plan.hit_blocks, reused=plan.known_blocks, known=known)
         if self.dram_capacity > 0 and plan.ssd_blocks:
             self._promote(plan, now, moves)
         self.tree.reclaim(now)
@@ -375,7 +383,8 @@ class KVIndex:
 
     def store(self, ns: Namespace, keys: Sequence[Hashable], now: float, *,
               tokens: Sequence[int], attrs: RequestAttrs | None = None, skip: int = 0,
-              reused: int = 0, moves: Moves | None = None) -> Moves:
+              reused: int = 0, moves: Moves | None = None,
+              known: Sequence[RadixNode] = ()) -> Moves:
         """Offload a prompt's KV from HBM: every block from index ``skip`` on gets a DRAM
         copy (blocks already in DRAM are refreshed), evicting per the DRAM policy; blocks
         are written through to SSD under full duplicate, or prewritten when the admission
@@ -383,10 +392,13 @@ class KVIndex:
         blocks go straight to SSD. The first ``reused`` blocks were known before this
         request (recomputed after losing their copies): the request reused their
         context, so their R_b grows as a hit's would — R_b measures popularity, not luck
-        with residency."""
+        with residency. ``known``: :meth:`RadixTree.match` of ``keys`` just before (the
+        path is walked once). The path is :attr:`Moves.stored`."""
         moves = moves if moves is not None else Moves()
         path = self.tree.insert(ns, keys, now, tokens,
-                                self.checkpoint_flags(len(keys)) if self.ck_every else None)
+                                self.checkpoint_flags(len(keys)) if self.ck_every else None,
+                                known)
+        moves.stored = path
         if attrs is not None:
             off = 0
             types = attrs.block_types
@@ -698,10 +710,11 @@ class KVIndex:
             self.tree.unpin(plan.nodes[-1])
 
     def put(self, ns: Namespace, keys: Sequence[Hashable], now: float, *,
-            tokens: Sequence[int], attrs: RequestAttrs | None = None) -> Moves:
+            tokens: Sequence[int], attrs: RequestAttrs | None = None,
+            known: Sequence[RadixNode] = ()) -> Moves:
         """Save blocks outside a request (LMCache ``put``): :meth:`store` with no reuse
         counted, then reclaim idle metadata as :meth:`finish` does."""
-        moves = self.store(ns, keys, now, tokens=tokens, attrs=attrs)
+        moves = self.store(ns, keys, now, tokens=tokens, attrs=attrs, known=known)
         self.tree.reclaim(now)
         return moves
 

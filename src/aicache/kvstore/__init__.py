@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DramPool", "LoadResult", "SlabStore", "TieredKVStore", "TieredKVStoreParams"]
+__all__ = ["DramPool", "LoadResult", "SSDWrite", "SlabStore", "StoreOutcome", "TieredKVStore",
+           "TieredKVStoreParams"]
 
-_WHERE = {"DramPool": "dram", "SlabStore": "ssd", "LoadResult": "store",
-          "TieredKVStore": "store", "TieredKVStoreParams": "store"}
+_WHERE = {"DramPool": "dram", "SlabStore": "ssd", "LoadResult": "store", "SSDWrite": "store",
+          "StoreOutcome": "store", "TieredKVStore": "store", "TieredKVStoreParams": "store"}
 
 
 def __getattr__(name: str) -> Any:

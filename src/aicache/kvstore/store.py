@@ -13,8 +13,13 @@ Request protocol (the shape of vLLM's KV connector / LMCache's engine)::
     plan = store.lookup(ns, block_hashes)          # ReloadPlan, path pinned, R_b counted
     res = store.load(plan, buffers)                # bytes → caller buffers, timed
     ... prefill the uncached suffix (blocks plan.hit_blocks..) ...
-    store.finish_request(plan, block_hashes, payloads, RequestAttrs(session, turn, types))
+    out = store.finish_request(plan, block_hashes, payloads, RequestAttrs(session, turn, types))
     # or store.store(ns, hashes, payloads, attrs): a plain save (KVIndex.store)
+    store.settle(out)   # optional: wait for the SSD writes; out.ssd says what each block got
+
+A store call returns a :class:`StoreOutcome`: per block, what happened to its SSD copy
+(:class:`SSDWrite`: written, already held, refused, failed) and the blocks whose SSD
+copies the call evicted, by name — the caller never asks again with ``lookup``.
 
 ``now`` is optional everywhere: the wall clock (seconds since the store opened) by
 default, or a logical clock injected by a replay. One owner thread calls the store;
@@ -46,7 +51,7 @@ Thin adapters this shape allows (none shipped: none can be run here).
   the plan is the load spec) and the worker's transfer → ``load`` into the KV pages (CUDA
   tensors); ``touch`` → counted by ``lookup``; ``complete_load`` → ``finish_request``;
   ``prepare_store``/``complete_store`` → ``store`` with page views as payloads, the
-  evicted hashes/events from the returned :class:`Moves` (``dram_drops``/``ssd_drops``).
+  evicted hashes/events from the returned :class:`StoreOutcome` (``ssd_evicted``).
 * SGLang ``HiCacheStorage``: ``exists``/``batch_exists`` → ``lookup(begin=False)``;
   ``batch_get`` → ``load``; ``batch_set`` → ``store``.
 * LMCache storage backend: ``contains`` → ``lookup(begin=False)``; ``get_blocking`` /
@@ -61,13 +66,14 @@ import weakref
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.kv.radix import KVObject, RadixNode, Tier
+from aicache.kv.radix import KVObject, RadixNode, RadixTree, Tier
 from aicache.kv.saria import KVIndex, KVIndexParams, Moves, ReloadPlan, RequestAttrs
 from aicache.kv.transfer import GB, Bandwidths, TransferMode, b_pace
 from aicache.kvstore.dram import DramPool
@@ -137,6 +143,45 @@ class StoreCounters:
     stores: int = 0
     stored_blocks: int = 0
     admissions_stopped: bool = False
+
+
+#: how a caller names a block: (namespace, block hash)
+BlockName = tuple[str, Hashable]
+
+
+class SSDWrite(str, Enum):
+    """What one store call did about one block's SSD copy."""
+
+    WRITTEN = "written"  #: the call wrote it (after :meth:`TieredKVStore.settle`: it completed)
+    HELD = "held"        #: it was on the SSD before the call; nothing was written
+    #: the call wrote no SSD copy: the admission declined it (with a DRAM tier it may
+    #: still be written at its eviction), SSD admissions are stopped, or a later block of
+    #: the same call took its room back
+    REFUSED = "refused"
+    FAILED = "failed"    #: the call's write failed (found by :meth:`TieredKVStore.settle`)
+
+
+@dataclass(slots=True)
+class StoreOutcome:
+    """What a :meth:`TieredKVStore.store` or :meth:`~TieredKVStore.finish_request` did.
+
+    ``blocks[i]`` is the node of the call's ``i``-th hash and ``ssd[i]`` what happened to
+    its SSD copy; ``ssd_evicted`` names the blocks whose SSD copies the call evicted
+    (SSD LRU, to make room), in eviction order — named from the store's own records, so
+    a block whose metadata the same call reclaimed is still named. ``moves`` is the
+    index's command the store applied."""
+
+    blocks: list[RadixNode]
+    ssd: list[SSDWrite]
+    ssd_evicted: list[BlockName]
+    moves: Moves
+    #: the call's SSD writes, for :meth:`TieredKVStore.settle` (a failure may be collected
+    #: by a later call's poll, so the outcome keeps its own futures)
+    writes: dict[RadixNode, Future[Any]] = field(default_factory=dict, repr=False)
+
+    def on_ssd(self, i: int) -> bool:
+        """Block ``i`` has an SSD copy (written by the call or held before it)."""
+        return self.ssd[i] is SSDWrite.WRITTEN or self.ssd[i] is SSDWrite.HELD
 
 
 def _as_u8(buf: Any, writable: bool) -> np.ndarray:
@@ -222,8 +267,9 @@ class TieredKVStore:
         self._fence: dict[int, Future[Any]] = {}
         self._writes: list[tuple[RadixNode, int, Future[Any]]] = []
         self._open: dict[int, ReloadPlan] = {}
-        self._root_ns: dict[int, str] = {}
-        #: node -> (namespace, chain identity); weak, so reclaimed nodes leave it
+        #: node -> (namespace, chain identity); weak, so reclaimed nodes leave it. Every
+        #: node with an SSD slot is in it (written or recovered), so an evicted block can
+        #: be named even after its metadata left the tree
         self._ids: weakref.WeakKeyDictionary[RadixNode, tuple[str, bytes]] = (
             weakref.WeakKeyDictionary())
         self._t0 = time.monotonic()
@@ -250,14 +296,8 @@ class TieredKVStore:
         path: list[RadixNode] = []
         n = node
         while (got := ids.get(n)) is None:
-            if n.parent is None:  # a namespace root
-                ns = self._root_ns.get(id(n))
-                if ns is None:
-                    for name in self.index.tree.namespaces():
-                        r = self.index.tree.root(name)
-                        if r is not None and isinstance(name, str):  # the store's are
-                            self._root_ns[id(r)] = name
-                    ns = self._root_ns[id(n)]
+            if n.parent is None:  # a namespace root: its key is the namespace
+                ns = str(n.key)
                 got = ids[n] = (ns, root_id(ns))
                 break
             path.append(n)
@@ -317,10 +357,11 @@ class TieredKVStore:
 
     # ------------------------------------------------------------------ read path
     def lookup(self, namespace: str, block_hashes: Sequence[Hashable], now: float | None = None,
-               *, begin: bool = True) -> ReloadPlan:
+               *, begin: bool = True, count_reuse: bool = True) -> ReloadPlan:
         """The reload plan for a prompt (a source per block of the longest reusable prefix,
         DRAM and SSD interleaving). With ``begin`` (default) the request starts: the path
-        is pinned until :meth:`finish_request`, R_b counted, prewrites issued."""
+        is pinned until :meth:`finish_request`, R_b counted (unless ``count_reuse`` is
+        False: the caller counts reuse on these nodes itself), prewrites issued."""
         encode_namespace(namespace)
         self._poll_writes()
         t = self._t(now)
@@ -331,7 +372,7 @@ class TieredKVStore:
         if begin:
             c.hit_blocks_dram += plan.dram_blocks
             c.hit_blocks_ssd += plan.ssd_blocks
-            moves = self.index.begin(plan, t)
+            moves = self.index.begin(plan, t, count_reuse=count_reuse)
             self._open[id(plan)] = plan
             self._apply(moves, {})
         return plan
@@ -449,10 +490,10 @@ class TieredKVStore:
     # ------------------------------------------------------------------ write path
     def finish_request(self, plan: ReloadPlan, block_hashes: Sequence[Hashable],
                        payloads: Sequence[Any | None], metadata: RequestAttrs | None = None,
-                       now: float | None = None) -> Moves:
+                       now: float | None = None) -> StoreOutcome:
         """Prefill is done: store the request's blocks (``payloads[i]`` = block i's KV
         bytes; may be None for blocks that came from the plan), apply SARIA's admission
-        and promotion, and move the bytes. Returns the index's :class:`Moves`."""
+        and promotion, and move the bytes. Returns what the call did."""
         if id(plan) not in self._open:
             raise BadInput("finish_request needs a plan from lookup(begin=True) not yet finished")
         keys = list(block_hashes)
@@ -463,29 +504,32 @@ class TieredKVStore:
         t = self._t(now)
         del self._open[id(plan)]
         self._poll_writes()
-        moves = self.index.finish(plan, keys, t, tokens=tokens, attrs=metadata)
-        self._after_store(plan.namespace, keys, views, moves, len(keys) - hit)
-        return moves
+        # the plan's nodes are the match of keys[:hit] (checked above; pinned since lookup)
+        moves = self.index.finish(plan, keys, t, tokens=tokens, attrs=metadata,
+                                  known=plan.nodes)
+        return self._after_store(views, moves, len(keys) - hit)
 
     def store(self, namespace: str, block_hashes: Sequence[Hashable],
               payloads: Sequence[Any | None], metadata: RequestAttrs | None = None,
-              now: float | None = None) -> Moves:
+              now: float | None = None) -> StoreOutcome:
         """Save blocks outside a request (LMCache ``put`` / HiCache ``batch_set``): SARIA's
         ``KVIndex.store`` — DRAM copy, write-through or prewrite per admission — without
-        counting a reuse. ``payloads[i]`` may be None only for a block already held."""
+        counting a reuse. ``payloads[i]`` may be None only for a block already held.
+        Returns what the call did; the path is walked once (the match that finds the
+        held blocks is where the index's insert resumes)."""
         encode_namespace(namespace)
         keys = list(block_hashes)
+        known = self.index.tree.match(namespace, keys)
         held = []
-        for n in self.index.tree.match(namespace, keys):
+        for n in known:
             if not n.kv_loc & (_DRAM | _SSD):
                 break
             held.append(n)
         tokens, views = self._payload_views(keys, payloads, held)
         t = self._t(now)
-        self._poll_writes()
-        moves = self.index.put(namespace, keys, t, tokens=tokens, attrs=metadata)
-        self._after_store(namespace, keys, views, moves, len(keys))
-        return moves
+        self._poll_writes()  # may lose copies, never changes the tree: ``known`` holds
+        moves = self.index.put(namespace, keys, t, tokens=tokens, attrs=metadata, known=known)
+        return self._after_store(views, moves, len(keys))
 
     def _payload_views(self, keys: list[Hashable], payloads: Sequence[Any | None],
                        held: Sequence[RadixNode]) -> tuple[list[int], list[np.ndarray | None]]:
@@ -513,13 +557,40 @@ class TieredKVStore:
             tokens.append(nb // kv)
         return tokens, views
 
-    def _after_store(self, ns: Hashable, keys: list[Hashable], views: list[np.ndarray | None],
-                     moves: Moves, new_blocks: int) -> None:
-        path = self.index.tree.match(ns, keys)
+    def _after_store(self, views: list[np.ndarray | None], moves: Moves,
+                     new_blocks: int) -> StoreOutcome:
+        path = moves.stored
+        first = len(self._writes)  # _apply only appends: the call's writes follow
         self._apply(moves, {n: v for n, v in zip(path, views) if v is not None})
+        writes = {n: fut for n, _, fut in self._writes[first:]}
         c = self.counters
         c.stores += 1
         c.stored_blocks += new_blocks
+        written = set(moves.ssd_writes)
+        fates = [SSDWrite.WRITTEN if n in written and n.kv_loc & _SSD
+                 else SSDWrite.HELD if n.kv_loc & _SSD else SSDWrite.REFUSED for n in path]
+        return StoreOutcome(path, fates, [self._name(n) for n in moves.ssd_drops], moves, writes)
+
+    def _name(self, n: RadixNode) -> BlockName:
+        """A block's (namespace, hash); the store recorded the namespace of every block
+        it gave an SSD slot, so this holds for a block the tree has since reclaimed."""
+        got = self._ids.get(n)
+        ns = got[0] if got is not None else RadixTree.namespace_of(n)
+        assert ns is not None, f"{n!r}: a block named after its metadata left the tree"
+        return str(ns), n.key
+
+    def settle(self, *outcomes: StoreOutcome) -> None:
+        """Wait for every SSD write issued so far (a failed one's copy is forgotten, as
+        every call does on its way in) and mark the blocks of ``outcomes`` whose write
+        failed :attr:`SSDWrite.FAILED`."""
+        if self.ssd is not None:
+            self.ssd.drain()
+        self._poll_writes(wait=True)
+        for out in outcomes:
+            for i, n in enumerate(out.blocks):
+                fut = out.writes.get(n) if out.ssd[i] is SSDWrite.WRITTEN else None
+                if fut is not None and fut.exception() is not None:
+                    out.ssd[i] = SSDWrite.FAILED
 
     def release(self, plan: ReloadPlan) -> None:
         """Abort a begun request (unpin without storing anything)."""
@@ -588,7 +659,8 @@ class TieredKVStore:
         src = self.dram.view(dram_slot, length) if dram_slot is not None else data
         assert src is not None
         assert n.parent is not None
-        ns, parent_id = self._ident(n.parent)
+        ns, _ = self._ident(n)  # records n's name too (see ``_ids``)
+        parent_id = self._ids[n.parent][1]
         meta = BlockMeta(ns, n.key, parent_id, n.tokens, length, n.E, n.R)
         slot = ssd.alloc()
         fut = ssd.write_async(slot, meta, src)
@@ -711,4 +783,5 @@ def _stage_cuda(t: Any) -> np.ndarray:
     return host
 
 
-__all__ = ["LoadResult", "SlotKVIndex", "TieredKVStore", "TieredKVStoreParams", "encode_key"]
+__all__ = ["BlockName", "LoadResult", "SSDWrite", "SlotKVIndex", "StoreOutcome", "TieredKVStore",
+           "TieredKVStoreParams", "encode_key"]

@@ -70,6 +70,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from aicache.datacache.counters import PERSISTED, CounterFile
@@ -295,16 +296,19 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             blk = self.read_block_hit(meta, first, e - s, ahead)[0]
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
-        for i in range(first, last + 1):
-            s = max(offset, i * B) - i * B
-            e = min(end, (i + 1) * B) - i * B
-            if paged and (s > 0 or e < min(B, size - i * B)):
-                got = self.read_sparse(meta, i * B + s, i * B + e, stream)
-                if got is not None:
-                    parts.append(got)
-                    continue
-            blk = self.read_block_hit(meta, i, e - s, ahead)[0]
-            parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
+        together = self.pieces_fetched_together(meta, offset, end, stream) if paged and not ahead \
+            else nullcontext()
+        with together:  # a reader that jumps: one GET for its adjacent missing pieces
+            for i in range(first, last + 1):
+                s = max(offset, i * B) - i * B
+                e = min(end, (i + 1) * B) - i * B
+                if paged and (s > 0 or e < min(B, size - i * B)):
+                    got = self.read_sparse(meta, i * B + s, i * B + e, stream)
+                    if got is not None:
+                        parts.append(got)
+                        continue
+                blk = self.read_block_hit(meta, i, e - s, ahead)[0]
+                parts.append(blk if (s == 0 and e == len(blk)) else memoryview(blk)[s:e])
         return b"".join(parts)
 
     def read_block(self, meta: FileMeta, idx: int, served: int | None = None) -> bytes:

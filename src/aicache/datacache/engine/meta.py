@@ -69,14 +69,22 @@ class MetadataCache:
     _remote: Callable[..., Any]
     _ensure_mapped: Callable[[FileMeta], None]
     _ensure_listed: Callable[[str], None]
+    _read_first_page: Callable[[str], tuple[dict[str, Any], bytes] | None]
+    keep_first_page: Callable[[FileMeta, bytes], None]
     _seen_once: set[str]
 
-    def stat(self, path: str) -> FileMeta:
+    def stat(self, path: str, first_page: bool = False) -> FileMeta:
         """Size and version of ``path`` (cached for ``metadata_ttl_s``: an answer is never
         older than that, since a remote stat bypasses the target's own listing cache). A
         path found missing (or a directory) is remembered as such for the TTL as well
         (readers such as zarr probe for files that do not exist on every open); a fresh
-        ``info`` or listing record of the file answers without a request."""
+        ``info`` or listing record of the file answers without a request.
+
+        ``first_page`` (an open): when the stat must ask the remote about a file this
+        engine has no record of, however old, and the target's range reads carry size and
+        version (S3), ask with a GET of the file's first page instead of a HEAD, and keep
+        the page (:meth:`~.sparse.PageReader.keep_first_page`): one request, as before, of
+        which most readers use the bytes (a format's header)."""
         now = self._clock()
         meta = self._cached_meta(path, now)
         if meta is not None:
@@ -87,7 +95,7 @@ class MetadataCache:
             return meta
         parent = path.rsplit("/", 1)[0] if "/" in path else ""
         if parent in self._listed:
-            return self._stat_remote(path, now)
+            return self._stat_remote(path, now, first_page)
         # the first stats of a folder not mapped yet: one of them asks the remote and maps the
         # folder (one listing, whose entries answer the others); concurrent readers of its
         # other files (zarr reads chunks in parallel) wait for that instead of asking too
@@ -100,7 +108,7 @@ class MetadataCache:
                     # a second file of the folder: the listing first (one request, made for
                     # the block map anyway); its entry answers this stat (no HEAD)
                     self._ensure_listed(path)
-                return self._stat_remote(path, now)
+                return self._stat_remote(path, now, first_page)
             finally:
                 with self._lock:
                     if parent in self._listed:
@@ -115,10 +123,11 @@ class MetadataCache:
                 lock = self._mapping[parent] = threading.Lock()
             return lock
 
-    def _stat_remote(self, path: str, now: float) -> FileMeta:
+    def _stat_remote(self, path: str, now: float, first_page: bool = False) -> FileMeta:
         """:meth:`stat` of a stripped ``path`` not in ``_meta``: from a fresh ``_info``
         record, else from the remote; maps the file's folder (``_ensure_mapped``)."""
         info: dict[str, Any] | None
+        first: tuple[dict[str, Any], bytes] | None = None
         known = self._info.get(path)  # an info or listing answer within the TTL
         if known is not None and now - known[1] < self.params.metadata_ttl_s and (
                 known[0] is None or known[0].get("type") == "directory"
@@ -126,8 +135,13 @@ class MetadataCache:
             info, asked = known
         else:
             self.target.invalidate_cache(path)  # s3fs would answer from a listing of any age
+            # a file seen before (its record expired): its first page is likely stored
+            # already, so a HEAD (no bytes) asks whether its version is still current
+            first_page = first_page and known is None and path not in self._meta
             try:
-                info, asked = self._remote(self.target.info, path), now
+                first = self._read_first_page(path) if first_page else None
+                info = first[0] if first is not None else self._remote(self.target.info, path)
+                asked = now
             except FileNotFoundError:
                 info, asked = None, now
             self._remember_info(path, info, now)
@@ -141,6 +155,8 @@ class MetadataCache:
         self._ensure_mapped(meta)
         with self._lock:
             self._meta[path] = (meta, asked)
+        if first is not None:
+            self.keep_first_page(meta, first[1])
         return meta
 
     def forget(self, path: str) -> None:

@@ -17,6 +17,12 @@ from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.shared import SharedTier
 from aicache.datacache.version import VersionGone, VersionScheme
 
+#: ranges fetched ahead, one request each, for the read running in this thread
+#: (:meth:`~aicache.datacache.engine.sparse.PageReader.pieces_fetched_together`): a tuple
+#: of (engine, meta, start, bytes); a fetch of that read's pieces inside one is sliced from it
+FETCHED_AHEAD = threading.local()
+
+
 class RemoteReadError(OSError):
     """A remote read failed after every retry (nothing was cached)."""
 
@@ -67,7 +73,12 @@ class RemoteClient:
     def _fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``meta``'s version from the origin (a block, or the
         pages of a sparse read), through the retries; a version gone drops ``meta`` so that
-        the next open asks the remote for the current one."""
+        the next open asks the remote for the current one. A range this thread's read
+        fetched ahead (:data:`FETCHED_AHEAD`) is sliced, not asked for again."""
+        spans: tuple[tuple[object, FileMeta, int, bytes], ...] = getattr(FETCHED_AHEAD, "spans", ())
+        for owner, m, s0, blob in spans:
+            if owner is self and m == meta and s0 <= start and end <= s0 + len(blob):
+                return blob[start - s0:end - s0]
 
         def get(_what: str) -> bytes:
             data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)

@@ -34,16 +34,21 @@ known under that name): sparse reads are not read ahead.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from aicache.datacache.engine.blockmap import FileBlocks
 from aicache.datacache.engine.fetch import _Flight
 from aicache.datacache.engine.meta import FileMeta
 from aicache.datacache.engine.params import EngineParams
+from aicache.datacache.engine.remote import FETCHED_AHEAD
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.policy.driver import PolicyPort, Source
+from aicache.datacache.shared import SharedTier
 from aicache.datacache.store import BlockKey, BlockStore
+from aicache.datacache.version import VersionScheme
 
 #: separates a version from the page size in a page's key. A version is an ETag, a
 #: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
@@ -115,6 +120,22 @@ def fetch_span(first: int, last: int, present: set[int] | frozenset[int]) -> tup
     return lo, hi
 
 
+def joined_runs(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The unions of the runs of two or more adjacent ranges (each ``(start, end)``, in
+    order, ``start`` ≥ the previous ``end``): what one request each can fetch instead of
+    one per range. A range alone is left out (its own fetch is already one request)."""
+    out: list[tuple[int, int]] = []
+    run_start, run_end, n = -1, -1, 0
+    for s, e in ranges + [(-1, -1)]:
+        if n and s == run_end:
+            run_end, n = e, n + 1
+            continue
+        if n >= 2:
+            out.append((run_start, run_end))
+        run_start, run_end, n = s, e, 1
+    return out
+
+
 def check_page_size(page: int, block_size: int) -> int:
     """``page`` if it is a usable page size for blocks of ``block_size`` (a divisor,
     smaller than the block), else 0 (pages off)."""
@@ -133,6 +154,9 @@ class PageReader:
     metrics: EngineMetrics
     block_size: int
     page_size: int
+    shared: SharedTier | None
+    target: Any
+    versions: VersionScheme
     _lock: threading.Lock
     _inflight: dict[BlockKey, _Flight]
     _page_ids: dict[str, tuple[int, int]]
@@ -140,6 +164,7 @@ class PageReader:
     _now: Callable[[], float]
     _file_blocks: Callable[[FileMeta], FileBlocks]
     _fetch_range: Callable[[FileMeta, int, int], bytes]
+    _remote: Callable[..., Any]
     _insert: Callable[..., bool]
     _end_flight: Callable[[BlockKey, _Flight], None]
     _policy_error: Callable[[Exception], None]
@@ -161,6 +186,99 @@ class PageReader:
         if key in self._inflight or self.store.contains(key):
             return None
         return self._read_pages(meta, fb, start, end)
+
+    @contextmanager
+    def pieces_fetched_together(self, meta: FileMeta, start: int, end: int,
+                                stream: ReadStream | None) -> Iterator[None]:
+        """Around the piece-by-piece reading of ``[start, end)`` (spanning blocks) by a
+        reader that jumps: the ranges its pieces will fetch (a whole block, or the pages of
+        a sparse piece, decided as :meth:`read_sparse` decides) are fetched with one GET per
+        run of adjacent ones, not one each (a tensor that ends just past a block boundary:
+        its block and the tail's pages together). The pieces' own fetches are then sliced
+        from those bytes in this thread (:data:`~.remote.FETCHED_AHEAD`); a piece whose
+        fetch turns out to lie outside them (another reader stored or fetched something
+        meanwhile) fetches as before. Not with a shared tier: a block it holds is read
+        from there."""
+        runs = [] if self.shared is not None else joined_runs(
+            self._piece_ranges(meta, start, end, stream))
+        if not runs:
+            yield
+            return
+        FETCHED_AHEAD.spans = tuple((self, meta, s, self._fetch_range(meta, s, e)) for s, e in runs)
+        try:
+            yield
+        finally:
+            FETCHED_AHEAD.spans = ()
+
+    def _piece_ranges(self, meta: FileMeta, start: int, end: int,
+                      stream: ReadStream | None) -> list[tuple[int, int]]:
+        """The byte range each piece of the read ``[start, end)`` would fetch, in order
+        (none for a piece held or being fetched)."""
+        B, P = self.block_size, self.page_size
+        fb = self._file_blocks(meta)
+        out: list[tuple[int, int]] = []
+        for i in range(start // B, (end - 1) // B + 1):
+            b0, b1 = i * B, min((i + 1) * B, meta.size)
+            s, e = max(start, b0), min(end, b1)
+            key = fb.key(i)
+            if key in self._inflight or self.store.contains(key):
+                continue
+            if (s == b0 and e == b1) or dense(s, e, b0, b1, stream, P, self.params.sparse_run):
+                out.append((b0, b1))
+                continue
+            first, last = page_range(s, e, P)
+            held = frozenset(j for j in range(first, last + 1)
+                             if self._page_key(meta, j) in self._inflight
+                             or self.store.contains(self._page_key(meta, j)))
+            span = fetch_span(first, last, held)
+            if span is not None:
+                out.append((span[0] * P, min(meta.size, (span[1] + 1) * P)))
+        return out
+
+    def _read_first_page(self, path: str) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` and first page from one request, where the target's version
+        scheme can (:meth:`~aicache.datacache.version.VersionScheme.read_first`); None:
+        it cannot (nothing was asked then), or the answer did not tell (ask ``info``)."""
+        if not self.page_size or not self.versions.reads_carry_info:
+            return None
+        P = self.page_size
+
+        def get_first_page(_what: str) -> tuple[dict[str, Any], bytes] | None:
+            return self.versions.read_first(self.target, path, P)
+
+        got: tuple[dict[str, Any], bytes] | None = self._remote(get_first_page, path)
+        if got is not None:
+            self.metrics.remote_bytes.inc(len(got[1]))
+        return got
+
+    def keep_first_page(self, meta: FileMeta, data: bytes) -> None:
+        """Store ``data``, the first bytes of ``meta``'s version fetched with its metadata
+        by an open (:meth:`_read_first_page`), as a read of them would have: as block 0 when
+        it is the whole file, else as page 0. Admitted as a prefetch (no reader has asked
+        for it yet), single-flight as any fetch: until written, its bytes are served from
+        its flight. Nothing is stored when the store holds it already or it is short."""
+        P = self.page_size
+        if not P or len(data) != min(P, meta.size):
+            return
+        fb = self._file_blocks(meta)
+        if meta.size <= P:
+            key, bid = fb.key(0), fb.base
+        else:
+            key, bid = self._page_key(meta, 0), self._page_base(meta)
+        if self.store.contains(key):
+            return
+        with self._lock:
+            if key in self._inflight:
+                return
+            flight = self._inflight[key] = _Flight(0, claimed=True)
+        flight.future.set_result(data)
+        self.metrics.prefetch_issued.inc()
+        deferred = False
+        try:
+            deferred = self._insert(fb.unit, bid, key, data, True, flight)
+        finally:
+            if not deferred:
+                self._end_flight(key, flight)
 
     def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
         return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)

@@ -167,9 +167,9 @@ class SariaHiCacheStorage(HiCacheStorage):
         cap = self._metadata_entries or 8 * max(1, chunks.n_slots)
         self._gate = AdmissionGate(self.admission, cap)
         self._ns = _namespace(self.config, page_bytes, self._dtype)
-        for sk in chunks.recovered(self._ns):
+        for sk, ev in chunks.recovered(self._ns):
             self._held.add(sk)
-            self._gate.learn(sk)  # known: a recovered page's reuse counts
+            self._gate.learn(sk, ev)  # known, with its persisted counters: its reuse counts
         self.m.recovered_pages = len(self._held)
         self._chunks = chunks
         return chunks
@@ -242,7 +242,8 @@ class SariaHiCacheStorage(HiCacheStorage):
                 todo.append((sk, data))
         if not todo:
             return results
-        out = chunks.write(todo, self._ns)
+        out = chunks.write(todo, self._ns,
+                           {sk: ev for sk, _ in todo if (ev := gate.evidence(sk)) is not None})
         self._held.update(out.ok)
         self._held.difference_update(out.dropped)
         m.pages_dropped += len(out.dropped)

@@ -67,7 +67,8 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, Tra
 
 from aicache.errors import BadInput
 from aicache.integrations.chunk_tier import (
-    AdmissionGate, Offer, SlabChunkStore, StoreKey, digest32, make_admission, tier_write_budget,
+    AdmissionGate, Evidence, Offer, SlabChunkStore, StoreKey, digest32, make_admission,
+    tier_write_budget,
 )
 
 PARAMS_KEY = "aicache"  #: our object in a request's ``kv_transfer_params`` (the host policy's too)
@@ -192,9 +193,9 @@ class SariaSSDTier(SecondaryTierManager):
     def _recover(self) -> None:
         """Chunks a previous process left on the SSD under this layout's namespaces
         (another model's or layout's chunks are never served here)."""
-        for sk in self._chunks.recovered(self._ns_base):
+        for sk, ev in self._chunks.recovered(self._ns_base):
             self._state[sk] = ChunkState.STORED
-            self._gate.learn(sk)
+            self._gate.learn(sk, ev)
         self.m.recovered_chunks = len(self._state)
 
     # ------------------------------------------------------------------ scheduler side
@@ -228,7 +229,7 @@ class SariaSSDTier(SecondaryTierManager):
     def submit_store(self, job_metadata: TransferJob) -> None:
         m = self.m
         m.stores_offered += 1
-        todo: list[tuple[StoreKey, int]] = []
+        todo: list[tuple[StoreKey, int, Evidence | None]] = []
         ctx = job_metadata.req_context
         req_id = ctx.req_id if ctx is not None else ""
         now = self._clock()
@@ -246,7 +247,7 @@ class SariaSSDTier(SecondaryTierManager):
             if self.admits(sk, Offer(req_id, end, now, seen_tokens, continues)):
                 m.admissions += 1
                 self._state[sk] = ChunkState.WRITING
-                todo.append((sk, int(cid)))
+                todo.append((sk, int(cid), self._gate.evidence(sk)))
             else:
                 m.admissions_declined += 1
         if not todo:  # nothing to persist: the job is done (the manager releases its pins)
@@ -324,10 +325,12 @@ class SariaSSDTier(SecondaryTierManager):
         self._rows = np.empty((0, 0), dtype=np.uint8)
 
     # ------------------------------------------------------------------ worker thread
-    def _run_store(self, job_id: int, todo: list[tuple[StoreKey, int]]) -> None:
+    def _run_store(self, job_id: int,
+                   todo: list[tuple[StoreKey, int, Evidence | None]]) -> None:
         t0 = time.perf_counter()
         rows = self._rows
-        out = self._chunks.write([(sk, rows[cid]) for sk, cid in todo], self._ns_base)
+        out = self._chunks.write([(sk, rows[cid]) for sk, cid, _ in todo], self._ns_base,
+                                 {sk: ev for sk, _, ev in todo if ev is not None})
         self._done.put(_Done(job_id, False, out.ok, out.failed, out.dropped,
                              len(out.ok) * self.block_size_bytes, time.perf_counter() - t0))
 
