@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.policy.registry import make_system
 from aicache.sim.datacache import BlockWorkload, load_workload, simulate_datacache
 from aicache.units import parse_size

@@ -22,14 +22,14 @@ import json
 import sys
 import time
 
-from aicache.experiments.datacache_job import SYSTEMS, JobParams, run_systems, table_rows
+from aicache.experiments.datacache_job import JOB_SYSTEMS, JobParams, run_systems, table_rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="W1")
     ap.add_argument("--scale", type=float, default=0.05, help="dataset scale (1.0 = the seed's size)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--systems", default=",".join(JOB_SYSTEMS))
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--loader-workers", type=int, default=2)

@@ -2,7 +2,7 @@
 volume given as our budget.
 
     python benchmarks/kv_admission_peers.py [--trace traces/mooncake_fast25_synthetic.jsonl]
-        [--generators agent,weka] [--seeds 1,2] [--window peer|DURATION] [--json]
+        [--generators agent,weka] [--seeds 1,2] [--window peer|DURATION] [--ours NAME] [--json]
 
 Traces (one table each): the Mooncake synthetic trace's first half (the half the budgeted
 admission was developed on) and its second half (held out), replayed by their timestamps
@@ -68,7 +68,7 @@ def _point(m: dict) -> dict:
             "ssd_life_years": m["ssd_life_years"]}
 
 
-def run_case(c: Case, window: str) -> dict:
+def run_case(c: Case, window: str, ours: str | None = None) -> dict:
     base = dict(dram_tokens=c.dram_tokens, ssd_tokens=c.ssd_tokens, seed=c.seed)
     rows = []
     for peer in PEERS:
@@ -76,8 +76,8 @@ def run_case(c: Case, window: str) -> dict:
         dur = p["duration_s"]
         rate = max(1, int(p["ssd_write_bytes"] / dur)) if dur > 0 else 1
         w = dur if window == "peer" else parse_duration(window, what="--window")
-        o = simulate_kv(c.reqs, KVSimParams(ssd_write_budget=f"{rate}B/s", ssd_write_window=w,
-                                            **base)).metrics
+        o = simulate_kv(c.reqs, KVSimParams(admission=ours, ssd_write_budget=f"{rate}B/s",
+                                            ssd_write_window=w, **base)).metrics
         ok = (o["ssd_write_bytes"] <= p["ssd_write_bytes"] and o["char"] >= p["char"]
               and o["ttft_mean_s"] <= p["ttft_mean_s"])
         capped = None
@@ -88,8 +88,10 @@ def run_case(c: Case, window: str) -> dict:
         rows.append({"peer": peer, "budget_bps": rate, "window_s": w, "peer_point": _point(p),
                      "peer_capped": capped,
                      "ours": _point(o), "ok": ok,
-                     "ours_admitted_by_class": o["budget_admitted"],
-                     "ours_candidates_by_class": o["budget_candidates"]})
+                     "ours_admitted_by_class": o.get("budget_admitted"),
+                     "ours_candidates_by_class": o.get("budget_candidates"),
+                     **({"ours_shadows": o["shadows"], "ours_switches": o["shadow_switches"],
+                         "ours_shadow_events": o["shadow_events"]} if "shadows" in o else {})})
         print(f"  {c.name}: {peer} done", file=sys.stderr, flush=True)
     fd = simulate_kv(c.reqs, KVSimParams(admission="full-duplicate", **base)).metrics
     return {"trace": c.name, "requests": len(c.reqs), "dram_tokens": c.dram_tokens,
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--window", default="peer",
                     help="peer (the peer's replay length) or a duration such as 10min")
+    ap.add_argument("--ours", default=None,
+                    help="the admission that spends the budget (default: sim kv's default "
+                         "budgeted one; e.g. shadow-follow)")
     ap.add_argument("--only", default=None, help="run only traces whose name contains this")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="also write the JSON here after each trace")
@@ -131,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     for c in _cases(Path(a.trace), gens, seeds):
         if a.only and a.only not in c.name:
             continue
-        res = run_case(c, a.window)
+        res = run_case(c, a.window, a.ours)
         out.append(res)
         if a.out:
-            Path(a.out).write_text(json.dumps({"window": a.window, "traces": out}, indent=1))
+            Path(a.out).write_text(json.dumps({"window": a.window, "ours": a.ours or "budgeted",
+                                               "traces": out}, indent=1))
         if not a.json:
             print(table(res) + "\n", flush=True)
     if a.json:

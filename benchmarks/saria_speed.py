@@ -56,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         print("--sessions and --repeats must be positive integers", file=sys.stderr)
         return 2
     import aicache
-    from aicache.sim.kv import SYSTEMS, KVSimParams, prepare, validate
+    from aicache.sim.kv import KV_SYSTEMS, KVSimParams, prepare, validate
     from aicache.traces.gen import SESSIONS
 
     systems = [s for s in a.systems.split(",") if s]
     for s in systems:
-        SYSTEMS.get(s)  # an unknown name is a one-line error listing the systems
+        KV_SYSTEMS.get(s)  # an unknown name is a one-line error listing the systems
     _, model = validate(KVSimParams(seed=a.seed))
     reqs = prepare(SESSIONS.get(a.workload)(a.sessions, a.seed), model.block_tokens)
     rows = [measure(s, reqs, a.repeats, a.seed) for s in systems]

@@ -30,6 +30,12 @@ process with the same random-weight Llama (``--hidden``, ``--layers``, 2 KV head
 * ``none``   — the host-DRAM tier alone;
 * ``fs``     — vLLM's ``fs`` tier (writes every chunk the DRAM tier stores); the chunks it
   loads back are recorded for the oracle;
+* ``saria:budgeted@ARM`` — one per ``--budget-of ARM`` (``fs`` or an ``--admission``
+  name), in the second round: the budgeted admission (``admission="budgeted"``) with ARM's
+  write volume as its budget (the chunks ARM wrote × a chunk's payload, over a window of
+  ``BUDGET_WINDOW_S``, longer than any arm runs: one window, so a volume — the tier's clock
+  is this machine's, whose speed must not set the budget — its weaker classes paced over
+  that whole window, ``admission_args = {"pace_window": BUDGET_WINDOW_S}``);
 * ``saria:NAME`` — ``SariaSSDTier`` with admission NAME, one arm per ``--admission``
   (default ``E2`` and ``oracle``; any name of ``aicache.kv.admissions.SSD_ADMISSIONS`` or a SARIA rule).
   ``oracle`` writes exactly the chunks ``fs`` read back: the frontier of admission on this
@@ -54,6 +60,8 @@ TTFT over ``fs``'s (how much more a prefix costs to recompute than to load).
 
     python benchmarks/vllm_tier.py [--sample 8] [--admission E2 --admission oracle] [--json]
     python benchmarks/vllm_tier.py --workload agent --seed 5 --json
+    python benchmarks/vllm_tier.py --admission sglang-selective --admission kvbm-frequency \
+        --budget-of fs --budget-of sglang-selective --budget-of kvbm-frequency --json
 """
 
 from __future__ import annotations
@@ -187,6 +195,50 @@ def chunk_bytes(a: argparse.Namespace) -> int:
     return a.layers * 2 * BLOCK * 2 * 64 * 2  # layers × (K, V) × tokens × KV heads × dim × bf16
 
 
+#: the budgeted arms' window: longer than any arm runs, so the whole run is one window and
+#: the budget is a volume (the tier's clock is the machine's, whose speed must not matter)
+BUDGET_WINDOW_S = 10_000
+
+
+def budget_arm(of: str) -> str:
+    """The arm that runs the budgeted admission with ``of``'s write volume as its budget."""
+    return f"saria:budgeted@{of}"
+
+
+def budget_rate(volume_bytes: int) -> str:
+    """The tier's ``ssd_write_budget`` that allows ``volume_bytes`` over
+    :data:`BUDGET_WINDOW_S` (rounded down: never more than the volume)."""
+    return f"{max(1, volume_bytes // BUDGET_WINDOW_S)}B/s"
+
+
+def saria_tier(system: str, root: Path, working_set: int,
+               a: argparse.Namespace) -> dict[str, object]:
+    """The ``SariaSSDTier`` config of a ``saria:NAME`` arm. ``saria:budgeted@OF`` runs the
+    budgeted admission under ``a.budget_bytes`` (the chunk payload bytes arm ``OF`` wrote:
+    the tier charges a chunk's payload, so ours writes at most as many chunks)."""
+    from aicache.kvstore.ssd import HEADER_BYTES
+    name = system.split(":", 1)[1]
+    tier: dict[str, object] = {
+        "type": "SariaSSDTier", "module_path": "aicache.integrations.vllm.tier",
+        "root_dir": str(root), "admission": name.split("@", 1)[0],
+        "ssd_bytes": max(64, round(a.ssd_fraction * working_set)) * (chunk_bytes(a) + HEADER_BYTES)}
+    if name == "oracle":
+        tier["admission_args"] = {"keys_file": a.oracle_keys}
+    if "@" in name:
+        tier["ssd_write_budget"] = budget_rate(int(a.budget_bytes))
+        tier["ssd_write_window"] = BUDGET_WINDOW_S
+        # one window, a volume: the weaker classes are paced over all of it, not over the
+        # default 10 minutes of a window this long (which would leave most of it unspent)
+        tier["admission_args"] = {"pace_window": BUDGET_WINDOW_S}
+    return tier
+
+
+def chunks_written(r: dict) -> int:
+    """Chunks an arm wrote: ours count them, ``fs`` writes one file per chunk (payload only)."""
+    n = r.get("chunks_written")
+    return int(n) if n is not None else int(r["ssd_bytes_written"]) // int(r["chunk_bytes"])
+
+
 def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
     # one compute thread per arm: arms side by side on a small machine would otherwise
     # oversubscribe its cores with spinning OpenMP threads
@@ -202,7 +254,7 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
     from vllm.v1.kv_offload.base import get_offload_block_hash
     from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 
-    from aicache.kvstore.ssd import HEADER_BYTES, lifetime_days
+    from aicache.kvstore.ssd import lifetime_days
     rp = replay_of(a)
     chunk = chunk_bytes(a)
     dram = max(a.max_blocks + 1, round(a.dram_fraction * rp.working_set))
@@ -221,14 +273,7 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
             return orig(self, job)
         FileSystemTierManager.submit_load = submit_load  # type: ignore[method-assign]
     elif system.startswith("saria:"):
-        name = system.split(":", 1)[1]
-        tier: dict[str, object] = {
-            "type": "SariaSSDTier", "module_path": "aicache.integrations.vllm.tier",
-            "root_dir": str(root), "admission": name,
-            "ssd_bytes": max(64, round(a.ssd_fraction * rp.working_set)) * (chunk + HEADER_BYTES)}
-        if name == "oracle":
-            tier["admission_args"] = {"keys_file": a.oracle_keys}
-        extra["secondary_tiers"] = [tier]
+        extra["secondary_tiers"] = [saria_tier(system, root, rp.working_set, a)]
     max_len = (a.max_blocks + 2) * BLOCK
     llm = LLM(model=str(model), dtype="bfloat16", enforce_eager=True, block_size=BLOCK,
               max_model_len=max_len, max_num_batched_tokens=max_len,
@@ -268,7 +313,8 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
         tier_metrics = {k: v for k, v in t.metrics().items()
                         if k in ("admission", "chunks_written", "admissions",
                                  "admissions_declined", "chunks_loaded", "chunks_dropped",
-                                 "lookup_hits")}
+                                 "lookup_hits", "ssd_write_budget_bps",
+                                 "ssd_budget_refusals", "ssd_life_years")}
         written = int(t.metrics()["ssd_bytes_written"])
     del llm
     if system == "fs":  # the fs tier never deletes: what is on disk is what it wrote
@@ -276,7 +322,7 @@ def child(system: str, work: Path, a: argparse.Namespace) -> dict[str, object]:
         (work / "fs_loaded.txt").write_text("".join(k.hex() + "\n" for k in sorted(loaded)))
     ttft.sort()
     return {"system": system, "requests": len(rp.prompts), "working_set_chunks": rp.working_set,
-            "dram_chunks": dram, "external_hit_tokens": by_source.get("disk", 0),
+            "dram_chunks": dram, "chunk_bytes": chunk, "external_hit_tokens": by_source.get("disk", 0),
             "host_hit_tokens": by_source.get("host", 0),
             "device_hit_tokens": by_source.get("device", 0),
             "computed_tokens": sum(len(p) for p in rp.prompts) - sum(by_source.values()),
@@ -305,6 +351,10 @@ def main() -> None:
     ap.add_argument("--new-chunks", type=int, default=2)
     ap.add_argument("--admission", action="append", default=None,
                     help="SariaSSDTier arms (repeatable; default E2 and oracle)")
+    ap.add_argument("--budget-of", action="append", default=[], metavar="ARM",
+                    help="a second-round arm: the budgeted admission with ARM's write volume "
+                         "as its budget (fs or an --admission name; repeatable)")
+    ap.add_argument("--budget-bytes", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dram-fraction", type=float, default=0.1)
     ap.add_argument("--ssd-fraction", type=float, default=1.0)
     ap.add_argument("--hidden", type=int, default=512)
@@ -337,6 +387,11 @@ def main() -> None:
             except BadInput as e:
                 sys.stderr.write(f"vllm_tier: --admission {name}: {e}\n")
                 sys.exit(2)
+    for of in a.budget_of:
+        if of != "fs" and of not in a.admission:
+            sys.stderr.write(f"vllm_tier: --budget-of {of}: not an arm of this run; use fs or "
+                             f"one of the --admission names ({', '.join(a.admission)})\n")
+            sys.exit(2)
     try:
         replay_of(a)  # a bad trace fails here, before any engine starts
     except BadInput as e:
@@ -346,10 +401,13 @@ def main() -> None:
     # Arms run side by side (one process each), so all of them see the same load on a
     # shared machine and TTFT ratios compare like with like; the oracle needs fs's
     # record, so oracle arms run in a second round.
-    rounds = [[s for s in systems if s != "saria:oracle"],
-              [s for s in systems if s == "saria:oracle"]]
+    # The budgeted arms need their reference arm's bytes: second round too.
+    second = ["saria:oracle"] + [budget_arm(of) for of in a.budget_of]
+    systems += [budget_arm(of) for of in a.budget_of]
+    rounds = [[s for s in systems if s not in second], [s for s in systems if s in second]]
     if not a.parallel:
-        rounds = [[s] for s in systems]
+        rounds = [[s] for s in systems if s not in second] + [[s] for s in systems
+                                                               if s in second]
     with tempfile.TemporaryDirectory(prefix="aicache-vllm-bench-") as tmp:
         a.model_dir = a.model_dir or tmp
         a.oracle_keys = str(Path(tmp) / "fs" / "fs_loaded.txt")
@@ -364,7 +422,12 @@ def main() -> None:
                 work.mkdir()
                 argv = [sys.executable, __file__, "--child", system, str(work)] + [
                     f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                    if k not in ("child", "json", "admission", "parallel") and v is not None]
+                    if k not in ("child", "json", "admission", "parallel", "budget_of")
+                    and v is not None]
+                if "@" in system:
+                    of = system.split("@", 1)[1]
+                    ref = res["fs" if of == "fs" else f"saria:{of}"]
+                    argv.append(f"--budget-bytes={chunks_written(ref) * chunk_bytes(a)}")
                 procs[system] = subprocess.Popen(argv, stdout=subprocess.PIPE,
                                                  stderr=subprocess.PIPE, text=True, cwd=work)
             for system, pr in procs.items():

@@ -1,8 +1,10 @@
 """The module-level import graph of ``src/aicache``, built statically, and its cycles.
 
-An edge A → B means that importing A runs an import of B: a module-level ``import`` or
-``from … import`` anywhere outside a function or class body, including the branches of
-module-level ``if``/``try``, but not under ``if TYPE_CHECKING:``, which never runs.
+An edge A → B means that A needs B when it is imported or type-checked: a module-level
+``import`` or ``from … import`` anywhere outside a function or class body, including the
+branches of module-level ``if``/``try`` and ``if TYPE_CHECKING:``. An import under
+``TYPE_CHECKING`` never runs, but two modules whose types name each other still depend on
+each other, so it is an edge like any other (hiding a cycle there does not remove it).
 ``from P import x`` is an edge to ``P.x`` when that is a module, else to ``P``. Imports
 inside functions are not edges (they run later, not at import time); they are counted,
 because they are the usual way a cycle is dodged.
@@ -46,27 +48,20 @@ def module_name(path: Path, src: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _module_level(body: list[ast.stmt], typing_only: bool = False
-                  ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Import statements outside functions and classes, each with whether it sits under
-    ``if TYPE_CHECKING:`` (and so never runs)."""
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements outside functions and classes (``if TYPE_CHECKING:`` included)."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, typing_only
+            yield node
         elif isinstance(node, ast.If):
-            yield from _module_level(node.body, typing_only or _is_type_checking(node.test))
-            yield from _module_level(node.orelse, typing_only)
+            yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
         elif isinstance(node, ast.Try):
             for block in (node.body, *(h.body for h in node.handlers), node.orelse,
                           node.finalbody):
-                yield from _module_level(block, typing_only)
+                yield from _module_level(block)
         elif isinstance(node, (ast.With, ast.For, ast.While)):
-            yield from _module_level(node.body, typing_only)
+            yield from _module_level(node.body)
 
 
 def _absolute(node: ast.ImportFrom, name: str, is_package: bool) -> str:
@@ -106,7 +101,7 @@ def build(src: Path, deferred_edges: bool = False) -> Graph:
     for name, path in g.modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         is_package = path.name == "__init__.py"
-        level = {id(n): typing_only for n, typing_only in _module_level(tree.body)}
+        level = {id(n) for n in _module_level(tree.body)}
         edges: set[str] = set()
         deferred = 0
         for node in ast.walk(tree):
@@ -115,8 +110,6 @@ def build(src: Path, deferred_edges: bool = False) -> Graph:
             targets = [t for t in _targets(node, name, is_package, g.modules)
                        if t == PACKAGE or t.startswith(PACKAGE + ".")]
             if not targets:
-                continue
-            if level.get(id(node)) is True:  # under TYPE_CHECKING: never runs
                 continue
             if id(node) not in level:
                 deferred += 1

@@ -42,8 +42,8 @@ def test_mount_record_umount_help_print_their_whole_description(name: str, sente
 
 
 @pytest.mark.parametrize("command, registry", [
-    ("sim kv", "aicache.sim.kv:SYSTEMS"),
-    ("sim datacache", "aicache.datacache.policy.registry:SYSTEMS"),
+    ("sim kv", "aicache.sim.kv:KV_SYSTEMS"),
+    ("sim datacache", "aicache.datacache.policy.registry:DATACACHE_SYSTEMS"),
 ])
 def test_system_help_lists_every_registered_system(command: str, registry: str) -> None:
     """The ``--system`` help names every system the registry accepts (``oracle`` was missing

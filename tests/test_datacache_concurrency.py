@@ -272,7 +272,7 @@ class _CountingRemote(SlowFileSystem):
 
 def _next_block_system() -> Any:
     """alluxio (LRU, no prefetch) that also asks for block+1 on every access."""
-    from aicache.datacache.policy.system import DataCacheSystem
+    from aicache.policies.system import DataCacheSystem
     from aicache.datacache.policy.registry import make_system
 
     inner = make_system("alluxio", 1 << 30, BLOCK)

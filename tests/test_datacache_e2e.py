@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from aicache.experiments.datacache_job import (
-    SYSTEMS,
+    JOB_SYSTEMS,
     JobParams,
     build_job_dataset,
     default_time_scale,
@@ -101,7 +101,7 @@ def test_bad_job_input_is_one_line_bad_input() -> None:
 # -- the real run --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def results() -> dict[str, object]:
-    out = run_systems(PARAMS, SYSTEMS)
+    out = run_systems(PARAMS, JOB_SYSTEMS)
     return {r.system: r for r in out}
 
 
@@ -174,7 +174,7 @@ def test_experiment_goals_judge_chiron_against_every_other_system(
     from aicache.experiments.datacache_real import DatacacheReal
 
     exp = DatacacheReal()
-    assert [c["system"] for c in exp.cells(False)] == list(SYSTEMS)
+    assert [c["system"] for c in exp.cells(False)] == list(JOB_SYSTEMS)
     assert exp.cells(True)[0]["scale"] < exp.cells(False)[0]["scale"]
     rows = [_row("nocache", 20.0, 0.0), _row("juicefs", 10.0, 0.7), _row("alluxio", 12.0, 0.5),
             _row("chiron", chiron_jct, chiron_chr)]
@@ -182,4 +182,4 @@ def test_experiment_goals_judge_chiron_against_every_other_system(
     assert [g["met"] for g in sec.goals[:2]] == met
     assert sec.goals[2]["met"] is True  # every byte ok
     assert all(Path(f.path).is_file() for f in sec.figures) and len(sec.figures) == 3
-    assert [r["system"] for r in sec.tables[0].rows] == list(SYSTEMS)
+    assert [r["system"] for r in sec.tables[0].rows] == list(JOB_SYSTEMS)

@@ -325,7 +325,7 @@ def test_broken_advisor_never_slows_reads(tmp_path, dataset, kind) -> None:
 def test_a_policy_that_raises_never_fails_a_read(tmp_path, dataset) -> None:
     """A buggy system (every call raises): reads still return the right bytes, the budget
     still holds (the store evicts oldest-first), and the failures are counted."""
-    from aicache.datacache.policy.system import DataCacheSystem
+    from aicache.policies.system import DataCacheSystem
 
     class Broken(DataCacheSystem):
         name = "broken"

@@ -1,6 +1,6 @@
 """One contract, every data-cache system, driven through the real engine.
 
-Every registered system (:data:`aicache.datacache.policy.registry.SYSTEMS`), every bare eviction
+Every registered system (:data:`aicache.datacache.policy.registry.DATACACHE_SYSTEMS`), every bare eviction
 name (``lru``: that policy with no prefetch) and a few ``EVICTION+PREFETCH`` pairs read a
 small dataset on a local directory through :class:`CacheEngine` with a cache far smaller
 than the data. After every read (prefetches drained, so nothing is in flight) the test
@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from aicache.datacache.policy.registry import SYSTEMS, make_system
+from aicache.datacache.policy.registry import DATACACHE_SYSTEMS, make_system
 from aicache.datacache.policy.baselines import ClairvoyantSystem
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.policies import EVICTION, make_eviction
@@ -34,7 +34,7 @@ BLOCK = 4096
 FILES = [(d, f"{i}.bin", BLOCK * (1 + (i * 7 + len(d)) % 4) - (i * 331) % 1000)
          for d in ("a", "b", "c") for i in range(4)]
 BARE = [n for n in EVICTION.names() if not EVICTION.get(n).needs_future]
-NAMES = [*SYSTEMS.names(), "s3fifo+none", "arc+none", "lru+stride", "lecar+readahead", *BARE]
+NAMES = [*DATACACHE_SYSTEMS.names(), "s3fifo+none", "arc+none", "lru+stride", "lecar+readahead", *BARE]
 #: cache budgets in blocks: small (S3-FIFO declines full blocks) and roomier
 BUDGETS = (6, 16)
 

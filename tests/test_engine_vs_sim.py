@@ -27,7 +27,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from aicache.datacache.policy.registry import SYSTEMS, make_system
+from aicache.datacache.policy.registry import DATACACHE_SYSTEMS, make_system
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, block_budget
 from aicache.sim.datacache import BlockWorkload, CostModel, PhaseSegment, simulate_datacache
@@ -38,7 +38,7 @@ MAX_PREFETCH = 32  #: the engine queues at most 2 x this: the simulator's prefet
 #: (folder, file, size): partial last blocks, so block sizes differ
 FILES = [(d, f"{i}.bin", BLOCK * (1 + (i * 5 + len(d)) % 4) - (i * 277) % 900)
          for d in ("a", "b", "c", "d") for i in range(5)]
-NAMES = [*SYSTEMS.names(), "s3fifo+none", "arc", "lru", "lecar+readahead", "lru+stride",
+NAMES = [*DATACACHE_SYSTEMS.names(), "s3fifo+none", "arc", "lru", "lecar+readahead", "lru+stride",
          "2q+neighborhood"]
 BUDGET_BLOCKS = 12
 

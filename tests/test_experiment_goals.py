@@ -1,10 +1,10 @@
-"""Issue 18's goal rows on hand-built results: SAECache's (``experiments.saecache.issue_goals``)
+"""The experiments' goal rows on hand-built results: SAECache's (``experiments.saecache.saecache_goals``)
 and SARIA's frontier (``experiments.saria._frontier_goals``); and the SARIA Fig. 14 grid
 differing from SARIA in its lookup only."""
 
 from __future__ import annotations
 
-from aicache.experiments.saecache import issue_goals
+from aicache.experiments.saecache import saecache_goals
 from aicache.experiments.saria import METADATA_ARMS, Metadata, _frontier, _frontier_goals
 
 BASES = ("lru", "lfu", "s3fifo", "sieve", "lpc")
@@ -31,7 +31,7 @@ def test_gain_row_compares_with_the_best_of_five_and_reports_belady_share() -> N
             vals[(s, c, "saecache-priority")] = 0.30
     vals[(5, 50, "saecache-seed")] = 0.294   # 0.6 pt below LRU on one replay only
     mean, cells = _grid(vals)
-    goals = {g["goal"]: g for g in issue_goals(mean, cells, ["t"], ["t"], " (held out)", "seed")}
+    goals = {g["goal"]: g for g in saecache_goals(mean, cells, ["t"], ["t"], " (held out)", "seed")}
     g5 = goals["saecache, t (held out), 5%: CHR ≥ best of LRU/LFU/S3-FIFO/SIEVE/LPC + 5 pts"]
     # 0.38 − 0.32 = +6 pts vs SIEVE; (0.38 − 0.30) / (0.50 − 0.30) = 40% of the headroom
     assert g5["met"] is True
@@ -49,7 +49,7 @@ def test_missing_capacities_are_not_evaluated_and_fail_the_range() -> None:
     vals = {(4, c, p): 0.3 for c in (10, 30) for p in (*BASES, "belady", "saecache",
                                                         "saecache-seed", "saecache-priority")}
     mean, cells = _grid(vals)
-    goals = {g["goal"]: g for g in issue_goals(mean, cells, ["t"], ["t"], "", "seed")}
+    goals = {g["goal"]: g for g in saecache_goals(mean, cells, ["t"], ["t"], "", "seed")}
     assert goals["saecache, t, 5%: CHR ≥ best of LRU/LFU/S3-FIFO/SIEVE/LPC + 5 pts"]["met"] is None
     rng = goals["saecache, t: never > 0.5 pt below LRU at 5–50%"]
     assert rng["met"] is False and rng["value"].endswith("capacities 10/30%")

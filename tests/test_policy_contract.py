@@ -166,7 +166,7 @@ def test_s3fifo_refuses_a_capacity_without_a_small_queue() -> None:
 @pytest.mark.parametrize("name", EVICTION.names())
 @given(sc=scenarios())
 def test_policy_driven_like_the_data_cache_engine(name: str, sc: dict[str, Any]) -> None:
-    """The data-cache engine's protocol (``datacache/policy/system.py``): ``on_hit`` on a hit; on a
+    """The data-cache engine's protocol (``policies/system.py``): ``on_hit`` on a hit; on a
     miss ``victim`` until the block fits, then ``on_insert`` — no ``on_miss``, no
     ``drain_evicted``. Every policy must keep its key set equal to the store's there too
     (a self-evicting one hands what it dropped to the next ``victim`` calls)."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.policy.registry import make_system
 from aicache.sim.datacache import (
     _CHUNK,

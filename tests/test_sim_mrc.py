@@ -14,7 +14,7 @@ from aicache.cli.main import main
 from aicache.errors import BadInput
 from aicache.sim.cache_sim import simulate
 from aicache.sim.mrc import JSON_KEYS, miss_ratio_curve
-from aicache.sim.stackdist import stack_distances
+from aicache.traces.stackdist import stack_distances
 from aicache.traces.formats._common import make_batch
 from aicache.traces.io import write_trace
 

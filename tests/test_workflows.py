@@ -11,8 +11,8 @@ import pytest
 from aicache.errors import BadInput
 from aicache.traces.base import Phase
 from aicache.traces.gen import WORKFLOWS
+from aicache.units import DEFAULT_BLOCK_SIZE
 from aicache.traces.workflows import (
-    BLOCK_SIZE,
     SPECS,
     PhaseSpec,
     _phase_order,
@@ -49,7 +49,7 @@ def test_dataset_and_cache_sizes_match_table2_at_scale_1(name):
     assert (ds.sizes > 0).all()
     assert ds.paths == sorted(ds.paths)  # the file->block mapping follows path order
     nb = np.diff(ds.first_block)
-    assert (nb == (ds.sizes + BLOCK_SIZE - 1) // BLOCK_SIZE).all()
+    assert (nb == (ds.sizes + DEFAULT_BLOCK_SIZE - 1) // DEFAULT_BLOCK_SIZE).all()
     assert int(ds.block_sizes().sum()) == ds.total_bytes
     assert [p.kind for p in spec.phases] == patterns
     assert round(spec.cache_gib * GiB) == round(cache_gib * GiB)
@@ -171,5 +171,5 @@ def test_sizes_are_exact_at_any_scale(name, scale, seed):
     ds = build_dataset(SPECS[name], scale, seed)
     assert ds.total_bytes == round(TABLE2[name][0] * GiB * scale)
     assert int(ds.block_sizes().sum()) == ds.total_bytes
-    assert (ds.block_sizes() > 0).all() and (ds.block_sizes() <= BLOCK_SIZE).all()
+    assert (ds.block_sizes() > 0).all() and (ds.block_sizes() <= DEFAULT_BLOCK_SIZE).all()
     assert ds.block_files().tolist() == sorted(ds.block_files().tolist())

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 COMPILED: tuple[str, ...] = (
     "aicache.policies.base",
     "aicache.sim.cache",
-    "aicache.sim.stackdist",
+    "aicache.traces.stackdist",
     "aicache.policies.slotcore",
     "aicache.policies.slotted",
     "aicache.kv.session_predictor",
@@ -52,13 +52,13 @@ COMPILED: tuple[str, ...] = (
 #: mypyc compiles the others
 CYTHON: tuple[str, ...] = (
     "aicache.policies.slotcore",
-    "aicache.sim.stackdist",
+    "aicache.traces.stackdist",
     "aicache.traces.formats._fastparse",
 )
-#: modules an earlier install compiled and that now run as Python: an extension of theirs
-#: left in an editable tree belongs to an old build (its shim would load a shared library
-#: that no longer holds it), so it is never imported (:func:`skip_retired`), counts as
-#: stale, and the next build deletes it
+#: modules an earlier install compiled and that now run as Python or live elsewhere: an
+#: extension of theirs left in an editable tree belongs to an old build (its shim would load
+#: a shared library that no longer holds it), so it is never imported (:func:`skip_retired`),
+#: counts as stale, and the next build deletes it
 RETIRED: tuple[str, ...] = (
     "aicache.policies.eviction.fifo",
     "aicache.policies.eviction.lru",
@@ -67,6 +67,7 @@ RETIRED: tuple[str, ...] = (
     "aicache.policies.eviction.sieve",
     "aicache.policies.eviction.s3fifo",
     "aicache.policies.eviction.arc",
+    "aicache.sim.stackdist",  # now aicache.traces.stackdist
 )
 #: the environment variable that selects the pure-Python sources
 PURE_ENV = "AICACHE_PURE_PYTHON"

@@ -44,16 +44,18 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The implementation for ``name``; an unknown name lists the valid ones."""
         try:
-            obj = self._entries[name]
+            entry = self._entries[name]
         except KeyError:
             raise UnknownName(
                 f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._entries))}"
             ) from None
-        if isinstance(obj, str):
-            module, _, attr = obj.partition(":")
-            obj = getattr(importlib.import_module(module), attr)
-            self._entries[name] = obj
-        return obj  # type: ignore[return-value]
+        if not isinstance(entry, str):
+            return entry
+        module, _, attr = entry.partition(":")
+        # a dotted path names the implementation the registration line promises (type T)
+        loaded: T = getattr(importlib.import_module(module), attr)
+        self._entries[name] = loaded
+        return loaded
 
     def help(self, name: str) -> str:
         return self._help.get(name, "")

@@ -7,6 +7,10 @@ import re
 
 from aicache.errors import BadInput
 
+#: the data cache's block size unless told otherwise (the engine, the daemon, the mount, the
+#: fsspec filesystem, the simulator and the workflow generators): JuiceFS's default, 4 MiB
+DEFAULT_BLOCK_SIZE = 4 << 20
+
 #: the largest size any option takes (2**63 - 1: what a signed 64-bit integer — SQLite's
 #: and numpy's int64 — holds); larger ones are a typo, never a budget
 MAX_SIZE = (1 << 63) - 1

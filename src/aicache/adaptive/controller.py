@@ -69,7 +69,7 @@ from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewSch
 from aicache.adaptive.gate import DEFAULT_GATE_MODE, ConfidenceGate, Verdict, check_gate_mode, weigh_evidence
 from aicache.adaptive.observer import ChironObserver, Judgement
 from aicache.adaptive.unit import UnitMapper
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.policies.prefetch.credit import PrefetchCredit
 from aicache.errors import BadInput
 

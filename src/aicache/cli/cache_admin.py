@@ -31,8 +31,11 @@ from aicache.errors import BadInput
 if TYPE_CHECKING:
     from aicache.datacache.store import BlockStore
 
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("cache", help="inspect, verify or empty a cache directory",
                               description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["stats", "verify", "clear"])

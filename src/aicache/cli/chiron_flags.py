@@ -5,9 +5,12 @@ are one flag away on the simulator and on a real mount alike."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 #: the systems whose controller has a gate
 CHIRON_SYSTEMS = ("chiron", "chiron-seed")
@@ -33,7 +36,7 @@ def check_prompt_advisor(advisor: str | None, prompt: str | None) -> None:
                        "a replay uses the prompt its transcript was recorded with")
 
 
-def prompted_advisor(advisor: str | None, prompt: str | None, seed: int) -> Any:
+def prompted_advisor(advisor: str | None, prompt: str | None, seed: int) -> AdvisorSpec | None:
     """The advisor spec as given, or, with ``--prompt``, the advisor built with that prompt."""
     if prompt is None:
         return advisor

@@ -16,9 +16,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class RunSpec:
     stored_only: bool = False
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "experiment", help="list and run the registered experiments",
         description="List and run the registered experiments. Results are stored per cell under "

@@ -7,10 +7,13 @@ and weka)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("sessions", help="generate an LLM session workload (kv-jsonl)",
                               description="Write a generated session workload as kv-jsonl.")
     p.add_argument("kind", metavar="KIND", help="agent, weka, chat, arena, tool, mix")

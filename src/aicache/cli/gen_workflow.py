@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "workflow", help="generate an AI data workflow trace (W1..W3, T1..T6)",
         description="Generate a block-csv trace of a published Chiron workload (files sorted by path "

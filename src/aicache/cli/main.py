@@ -13,9 +13,13 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from aicache import __version__
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 #: (group or None, module). A group ("sim") gets one sub-parser level more.
 COMMANDS: list[tuple[str | None, str]] = [
@@ -52,7 +56,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"aicache {__version__}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
-    groups: dict[str, argparse._SubParsersAction] = {}  # type: ignore[type-arg]
+    groups: dict[str, Subparsers] = {}
     for group, module_name in COMMANDS:
         if only is not None and group != only:
             continue

@@ -17,13 +17,19 @@ import math
 import os
 import socket
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.cli.chiron_flags import add_gate_prompt_args, check_prompt_advisor, gate_params, prompted_advisor
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.cli import Subparsers
+    from aicache.policies.system import DataCacheSystem
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.output import help_text
 
     p = subparsers.add_parser("mount", help="mount a remote store read-only through the cache",
@@ -82,7 +88,8 @@ def add_engine_args(p: argparse.ArgumentParser, *, cache_required: bool = True) 
         p.add_argument("--cache-dir", default=default_cache_dir(),
                        help="local cache directory (persists; default %(default)s)")
         p.add_argument("--cache-size", default="10GiB", help="byte budget (default %(default)s)")
-    p.add_argument("--block-size", default="4MiB", help="cache block size (default 4MiB)")
+    p.add_argument("--block-size", default=f"{DEFAULT_BLOCK_SIZE >> 20}MiB",  # a string, as typed
+                   help=f"cache block size (default {DEFAULT_BLOCK_SIZE >> 20}MiB)")
     p.add_argument("--policy", default="chiron", help="chiron, juicefs, alluxio, lru, … (default chiron)")
     p.add_argument("--advisor", default=None, help="statistical (default), openai, replay:FILE")
     p.add_argument("--executors", default=None, choices=("ours", "seed"),
@@ -351,7 +358,8 @@ def engine_config(args: argparse.Namespace) -> tuple[int, Any]:
                               metadata_ttl_s=ttl, cache_mode=mode, free_space_ratio=ratio)
 
 
-def engine_policy(args: argparse.Namespace, size: int, block_size: int) -> tuple[Any, Any]:
+def engine_policy(args: argparse.Namespace, size: int, block_size: int
+                  ) -> tuple[str | DataCacheSystem, AdvisorSpec | None]:
     """(policy, advisor) for the engine (after :func:`engine_config`): the names as given, or,
     with ``--gate``/``--prompt``, the advisor and the system built with them. Build it in the
     process that serves the mount (after a background mount forks): Chiron's advisor runs on

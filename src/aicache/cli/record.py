@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -37,7 +40,7 @@ def _inner_parser() -> argparse.ArgumentParser:
     return p
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.output import help_text
 
     # argparse cannot mix options, a positional and a ``-- COMMAND...`` tail under a

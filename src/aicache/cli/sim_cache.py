@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "cache", help="replay a trace through an eviction policy",
         description="Replay a block/object trace (or a KV trace's prefix blocks) through an "

@@ -8,12 +8,15 @@ JSON holds no wall-clock value, so the same command gives byte-identical output)
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aicache.cli.chiron_flags import CHIRON_SYSTEMS, add_gate_prompt_args, gate_params, prompted_advisor
 
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "datacache", help="replay an AI workflow through a data-cache system (Chiron, baselines)",
         description="Event-driven data-cache simulation: loader workers, hit/miss latency, remote "
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         wl = workload_from_trace(args.trace, workers=args.workers, fmt=args.format)
     bw = None if args.remote_mibps is None else args.remote_mibps * (1 << 20)
-    advisor = prompted_advisor(args.advisor, args.prompt, args.seed)
+    advisor = prompted_advisor(args.advisor, args.prompt, args.seed) or "statistical"
     system_params = gate_params(args.gate, args.system, "--system")
     if args.executors is not None:
         if args.system not in CHIRON_SYSTEMS:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "kv", help="replay a KV trace through SARIA or a tiered-KV baseline",
         description="Trace-driven replay of a DRAM+SSD KV cache: persistence-aware admission, "
@@ -85,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
     from aicache.progress import progress
     from aicache.errors import BadInput
     from aicache.kv.eviction import DRAM_POLICIES
-    from aicache.sim.kv import SYSTEMS, KVSimParams, prepare, simulate_kv, validate
+    from aicache.sim.kv import KV_SYSTEMS, KVSimParams, prepare, simulate_kv, validate
     from aicache.traces.gen import SESSIONS
     from aicache.units import parse_duration, parse_size
 
     if args.sessions is not None and args.sessions < 1:
         raise BadInput(f"--sessions {args.sessions} must be a positive integer")
-    SYSTEMS.get(args.system)
+    KV_SYSTEMS.get(args.system)
     DRAM_POLICIES.get(args.dram_policy)
     theta_e = args.theta_e if (args.theta_e is not None or args.theta_r is None) else None
     params = KVSimParams(

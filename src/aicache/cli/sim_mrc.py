@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "mrc", help="miss-ratio curve of a policy over many cache sizes",
         description="Miss ratio (and byte miss ratio) of an eviction policy at many cache "

@@ -8,10 +8,13 @@ names are checked by their registries, so a wrong one is one line listing the va
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "prefix", help="replay a KV trace through a prefix-cache eviction policy",
         description="Token-capacity prefix cache (chained block hashes, longest cached prefix "

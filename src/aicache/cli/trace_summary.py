@@ -5,10 +5,13 @@ traceAnalyzer reports them; a table, or one JSON object with ``--json``."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.output import help_text
 
     p: argparse.ArgumentParser = subparsers.add_parser(

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.errors import BadInput
 
+if TYPE_CHECKING:
+    from aicache.cli import Subparsers
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     from aicache.cli.mount import add_engine_args
     from aicache.cli.output import help_text
 

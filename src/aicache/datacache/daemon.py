@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.driver import (
@@ -60,9 +60,13 @@ from aicache.datacache.policy.driver import (
     Victim,
     make_engine_system,
 )
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.store import ALLOC_UNIT, HEADER_SIZE, INDEX_ROW, BlockKey, block_budget
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 log = logging.getLogger("aicache.daemon")
 
@@ -367,7 +371,8 @@ class DaemonPolicy:
         self._link = link
 
     @classmethod
-    def connect(cls, cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: Any,
+    def connect(cls, cache_dir: str, cache_size: int, block_size: int, policy: str,
+                advisor: AdvisorSpec | None,
                 seed: int, spawn: bool = True, timeout_s: float = 15.0,
                 call_timeout_s: float = 1.0, reconnect_s: float = 1.0) -> DaemonPolicy:
         """Join the directory's daemon (starting one unless ``spawn`` is False). A daemon
@@ -606,7 +611,8 @@ class DaemonPolicy:
             p.close()
 
 
-def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str, advisor: Any,
+def spawn_daemon(cache_dir: str, cache_size: int, block_size: int, policy: str,
+                 advisor: AdvisorSpec | None,
                  seed: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "aicache.datacache.daemon", "--cache-dir", cache_dir,
            "--cache-size", str(cache_size), "--block-size", str(block_size), "--policy", policy,
@@ -630,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="the policy daemon of one cache directory")
     ap.add_argument("--cache-dir", required=True)
     ap.add_argument("--cache-size", required=True)
-    ap.add_argument("--block-size", default="4MiB")
+    ap.add_argument("--block-size", default=f"{DEFAULT_BLOCK_SIZE >> 20}MiB")
     ap.add_argument("--policy", default="chiron")
     ap.add_argument("--advisor", default=None)
     ap.add_argument("--seed", type=int, default=0)

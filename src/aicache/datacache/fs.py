@@ -79,7 +79,7 @@ import json
 import logging
 import os
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
@@ -99,7 +99,11 @@ from aicache.datacache.sharing import ENGINES, EngineSpec
 from aicache.datacache.store import check_cache_mode
 from aicache.datacache.version import target_token
 from aicache.errors import BadInput
-from aicache.units import parse_bool, parse_count, parse_ratio, parse_seconds, parse_size
+from aicache.units import DEFAULT_BLOCK_SIZE, parse_bool, parse_count, parse_ratio, parse_seconds, parse_size
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.policies.system import DataCacheSystem
 
 log = logging.getLogger("aicache.datacache")
 
@@ -129,8 +133,9 @@ class AICacheFileSystem(ChainedFileSystem, metaclass=_SkipMeansPrivate):  # type
     def __init__(self, target_protocol: str | None = None,
                  target_options: dict[str, Any] | str | None = None,
                  fs: AbstractFileSystem | None = None, cache_dir: str | None = None,
-                 cache_size: str | int = "10GiB", block_size: str | int = "4MiB",
-                 policy: Any = "chiron", advisor: Any = None, max_prefetch: int | str = 8,
+                 cache_size: str | int = "10GiB", block_size: str | int = DEFAULT_BLOCK_SIZE,
+                 policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
+                 max_prefetch: int | str = 8,
                  max_prefetch_bytes: str | int = "256MiB", retries: int | str = 3,
                  request_timeout: float | str | None = None, metadata_ttl: float | str = 60.0,
                  seed: int | str = 0, root: str = "", daemon: bool | str = False, fo: str = "",

@@ -39,11 +39,15 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from aicache.datacache.engine import CacheEngine, DaemonMode, EngineParams
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.shared import SharedTierSpec
 from aicache.errors import BadInput
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 #: EngineParams fields under the names the filesystem takes them by
 _OPTION_NAMES = {"request_timeout_s": "request_timeout", "metadata_ttl_s": "metadata_ttl",
@@ -58,7 +62,7 @@ class EngineSpec:
     target: str  #: a token of the target filesystem's class and options
     cache_size: int
     policy: str | DataCacheSystem
-    advisor: object
+    advisor: AdvisorSpec | None
     params: EngineParams
     root: str
     daemon: DaemonMode

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 
 def cell_key(experiment: str, params: Mapping[str, Any]) -> str:
@@ -54,6 +54,14 @@ class Table:
     note: str = ""
 
 
+class Goal(TypedDict):
+    """One of the project's goals for an experiment, as checked on its rows."""
+
+    goal: str  #: what is claimed, in words
+    met: bool | None  #: None = not evaluated (a cell filter left out the evidence)
+    value: str  #: the measured value that decides it
+
+
 @dataclass
 class ReportSection:
     """What an experiment contributes to ``report.html``."""
@@ -64,9 +72,8 @@ class ReportSection:
     tables: list[Table] = field(default_factory=list)
     #: The seed's published numbers, shown next to ours: rows of dicts.
     published: list[dict[str, Any]] = field(default_factory=list)
-    #: Goals from the issues, each {"goal": text, "met": bool | None, "value": text};
-    #: ``met`` None = not evaluated (a cell filter left out the evidence).
-    goals: list[dict[str, Any]] = field(default_factory=list)
+    #: The project's goals for the experiment, as checked on its rows.
+    goals: list[Goal] = field(default_factory=list)
 
 
 class Experiment(ABC):

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 #: Policies compared, in report order; only those registered and importable take part.
 POLICIES: tuple[str, ...] = ("lru", "fifo", "clock", "sieve", "s3fifo", "arc", "lfu",
@@ -198,13 +198,13 @@ class CachePolicies(Experiment):
             for pol in policies:
                 r: dict[str, Any] = {"policy": pol}
                 for sz in sizes:
-                    mr = mean.get((tr, sz, pol))
+                    cell = mean.get((tr, sz, pol))
                     b = best.get((tr, sz))
-                    r[f"{sz:g}%"] = mr
-                    r[f"{sz:g}% ×best"] = mr / b if mr is not None and b else None
+                    r[f"{sz:g}%"] = cell
+                    r[f"{sz:g}% ×best"] = cell / b if cell is not None and b else None
                 trows.append(r)
             tables.append(Table(f"Miss ratio on {tr}", trows))
-        goals = []
+        goals: list[Goal] = []
         if BOUND in policies:
             viol = [(k, mr) for k, mr in mean.items() if k[2] != BOUND
                     and (k[0], k[1], BOUND) in mean and mr < mean[(k[0], k[1], BOUND)] - 1e-12]

@@ -14,7 +14,7 @@ local model's tokenizer where it is installed, else estimated
 (:mod:`aicache.adaptive.advisor.tokens`; ``tokens_counted_by`` in each row says which); the
 LLM arms count the server's own usage.
 
-* ``chiron-advisors`` (Fig. 15, and issue 19's must-show 2): W1–W3 at the LLM scenarios'
+* ``chiron-advisors`` (Fig. 15, and the advisor goals): W1–W3 at the LLM scenarios'
   scales, Chiron with each advisor against the best baseline.
 * ``chiron-async``: advice arriving later — a virtual advisor delay from 1 ms to 60 s with the
   statistical advisor, and the real model with each answer released after its own measured
@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from aicache.adaptive.advisor.base import PATTERNS
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
-from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _pct, _workload, best_baseline, completed,
-                                        simulate_cell, token_note, tokens_counted_by)
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
+from aicache.experiments.chiron import (BASELINES, _advisor, _f1, _mean, _mean_of, _pct, _workload,
+                                        best_baseline, completed, simulate_cell, token_note, tokens_counted_by)
 from aicache.experiments.chiron_llm import SCENARIOS, TRANSCRIPT_DIR, MeasuredDelayRunner, Scenario, transcripts
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 TRIGGERS = ("first", "periodic retry", "chr anomaly")
 
@@ -70,7 +71,7 @@ def chiron_cell(params: Mapping[str, Any]) -> dict[str, Any]:
     adv = make_advisor(adv, seed=seed) if isinstance(adv, str) else adv
     runner = MeasuredDelayRunner(adv) if params.get("delay") == "measured" else None
     capacity = wl.default_cache_bytes
-    system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=seed, runner=runner,
+    system = make_system("chiron", capacity, DEFAULT_BLOCK_SIZE, advisor=adv, seed=seed, runner=runner,
                          **dict(params.get("chiron", {})))
     grader = ChironGrader()  # the answer log with the phase labels, and the grades
     d = simulate_datacache(wl, system, capacity, seed=seed, grader=grader).to_dict()
@@ -159,7 +160,7 @@ def _missing(names: Sequence[str]) -> str:
     return ("Transcripts not committed (arms left out): " + ", ".join(gone) + ".") if gone else ""
 
 
-# -- Fig. 15 / must-show 2 ----------------------------------------------------------------------
+# -- Fig. 15 / advisor goals ------------------------------------------------------------
 #: W1–W3 at the LLM scenarios' scales: the seed's gate's scenario -> the default gate's
 ADVISOR_SCENARIOS = ("W1-s0.05", "W2-s0.1", "W3-s0.05")
 EVIDENCE_SCENARIO = {n: f"{n}-evidence" for n in ADVISOR_SCENARIOS}
@@ -176,7 +177,7 @@ def _gate_arm(arm: str, gate: str) -> str:
 class Advisors(ChironArms):
     name = "chiron-advisors"
     title = "Advisor sensitivity: statistical, the local LLM (Gemma 3 270M), oracle, noisy:P; both gates"
-    reproduces = "Chiron Fig. 15; issue 19 must-show 2"
+    reproduces = "Chiron Fig. 15; the advisor goals"
     full_wall_time = "about 2 min (141 cells; replays of committed transcripts, no LLM is run)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
@@ -201,7 +202,8 @@ class Advisors(ChironArms):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        table, goals, chart = [], [], []
+        table, chart = [], []
+        goals: list[Goal] = []
         versus: list[str] = []
         llm_tags = sorted({r["arm"] for r in ok if str(r.get("advisor", "")).startswith("llm:")})
         for w in ("W1", "W2", "W3"):
@@ -214,7 +216,7 @@ class Advisors(ChironArms):
                 arms.setdefault(r["arm"], []).append(r)
             stat = arms.get("counting", [None])[0]
             for arm, group in arms.items():
-                jct = _mean([r["jct_seconds"] for r in group])
+                jct = _mean_of([r["jct_seconds"] for r in group])
                 row = {"workload": w, "scale": group[0]["scale"], "arm": "statistical" if arm == "counting" else arm,
                        "gate": group[0].get("gate", "-"),
                        "runs": len(group), "JCT (s)": jct, "CHR": _mean([r["chr"] for r in group]),
@@ -245,7 +247,7 @@ class Advisors(ChironArms):
             for p in NOISY:
                 arm = f"noisy:{p}"
                 if arm in arms and stat and best:
-                    jct = _mean([r["jct_seconds"] for r in arms[arm]])
+                    jct = _mean_of([r["jct_seconds"] for r in arms[arm]])
                     goals.append({"goal": f"{w} ({arm}, mean of {len(arms[arm])} seeds): JCT <= best baseline's and "
                                           "within 10% of statistical",
                                   "met": jct <= best["jct_seconds"] and jct <= 1.10 * stat["jct_seconds"],
@@ -313,7 +315,8 @@ class Asynchrony(ChironArms):
         from aicache.experiments.plots import line_chart
 
         ok = completed(rows)
-        table, line, goals = [], [], []
+        table, line = [], []
+        goals: list[Goal] = []
         measured: list[str] = []
         for (w, scale) in sorted({(r["workload"], r["scale"]) for r in ok}):
             rs = [r for r in ok if r["workload"] == w and r["scale"] == scale]
@@ -411,7 +414,7 @@ class Confidence(ChironArms):
                 for a in rs[0]["answers"]:
                     if a[1] is not None and rs[0]["seed"] == 0:
                         points.append({"t": a[0], "c": a[2], "series": f"{arm}: {a[1]}"})
-        goals = []
+        goals: list[Goal] = []
         versus: list[str] = []
         for arm in sorted({r["advisor"] for r in table}):
             off = [r for r in table if r["advisor"] == arm and r["gate"] == "off"]
@@ -475,7 +478,8 @@ class Statistics(ChironArms):
         from aicache.experiments.plots import bar_chart
 
         ok = completed(rows)
-        table, goals = [], []
+        table = []
+        goals: list[Goal] = []
         ours: list[str] = []
         for r in sorted(ok, key=lambda r: (str(r["arm"]), not r["statistics"])):
             table.append({"advisor": r["arm"], "gate": r.get("gate", "aicache"),
@@ -546,7 +550,7 @@ class Interval(ChironArms):
                   "JCT (s)": r["jct_seconds"], "CHR": r["chr"], "tokens": r["advisor_tokens"],
                   "calls": r["advisor_calls"], "anomaly reviews": r.get("reviews[chr anomaly]"),
                   "mean recovery (s)": r.get("recovery_s_mean")} for r in ok]
-        goals = []
+        goals: list[Goal] = []
         off = sorted((t for t in table if t["reflection"] == "off"), key=lambda t: t["interval (s)"])
         versus = ""
         if len(off) == 3:
@@ -594,7 +598,7 @@ class Theta(ChironArms):
         table = [{"theta": r["theta"], "feedback-triggered reviews": r.get("reviews[chr anomaly]"),
                   "all reviews": r["advisor_calls"], "mean recovery (s)": r.get("recovery_s_mean"),
                   "tokens": r["advisor_tokens"], "CHR": r["chr"], "JCT (s)": r["jct_seconds"]} for r in ok]
-        goals = []
+        goals: list[Goal] = []
         ends = [t for t in table if t["theta"] in (0.10, 0.40)]
         versus = ""
         if len(ends) == 2:

@@ -4,7 +4,7 @@
   which were never used while building either Chiron or the family (the generators were
   checked for shape — phase lengths, sizes — on other seeds, without running Chiron).
   Per workflow: Chiron against the best baseline (nocache, JuiceFS, Alluxio,
-  JuiceFS-Adaptive) on CHR and JCT. The goal (issue 19): the highest CHR and a JCT at least
+  JuiceFS-Adaptive) on CHR and JCT. The goal: the highest CHR and a JCT at least
   5% below the best baseline's on at least 80% of the runs.
 * **T1–T6 over seeds 0–9**: the JCT ratio of Chiron to the best baseline per seed; the goal
   is a mean ratio <= 1.01 on every task and no seed above 1.03.
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aicache.experiments.base import Figure, ReportSection, Table
+from aicache.experiments.base import Figure, Goal, ReportSection, Table
 from aicache.experiments.chiron import BASELINES, TASKS, _mean, _pct, best_baseline, completed, top_chr_baseline
 from aicache.experiments.chiron_figs import ChironArms, adaptation
 
@@ -51,7 +51,7 @@ def _why(ch: Mapping[str, Any], best: Mapping[str, Any]) -> str:
 class HeldOut(ChironArms):
     name = "chiron-heldout"
     title = "Chiron on held-out workflows (H1–H5, seeds 100–104) and T1–T6 over seeds 0–9"
-    reproduces = "issue 19 must-show 4 (beyond the seed)"
+    reproduces = "held-out workflows and seeds (beyond the seed)"
     full_wall_time = "about 15 min on 2 busy cores (125 held-out + 300 task cells, scale 1.0)"
 
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
@@ -121,7 +121,7 @@ class HeldOut(ChironArms):
                               "median phase (s)": sorted(p["seconds"] for p in phases)[len(phases) // 2],
                               "mean lag to the right executor (s)": _mean([p["lag_s"] for p in got]),
                               "lag / phase (mean)": _mean([p["lag_s"] / p["seconds"] for p in got if p["seconds"]])})
-        goals = []
+        goals: list[Goal] = []
         if held:
             met = sum(r["met"] for r in held)
             goals.append({"goal": "held-out: highest CHR and JCT >= 5% below the best baseline on >= 80% of runs",

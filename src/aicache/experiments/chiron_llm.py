@@ -47,12 +47,16 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.adaptive.advisor.base import Advice, Advisor, DiagnosisRequest
 from aicache.adaptive.advisor.local_llm import MODEL_ALIAS
 from aicache.adaptive.controller import AdvisorRunner
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.openai_advisor import OpenAIAdvisor, RawReply
 
 TRANSCRIPT_DIR = Path(__file__).parent / "transcripts"
 #: the tag of the local model's transcripts (the name its server serves it under)
@@ -168,7 +172,7 @@ def run_scenario(sc: Scenario, advisor: Advisor | str) -> dict[str, Any]:
     capacity = wl.default_cache_bytes
     assert capacity is not None
     # the same construction as ``simulate_datacache(wl, "chiron", ...)``, kept in hand for its runner
-    system = make_system("chiron", capacity, 4 << 20, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
+    system = make_system("chiron", capacity, DEFAULT_BLOCK_SIZE, advisor=adv, seed=sc.seed, runner=runner, **sc.params())
     grader = ChironGrader()
     res = simulate_datacache(wl, system, capacity, seed=sc.seed, grader=grader)
     d = res.to_dict()
@@ -192,7 +196,8 @@ class _Reusing(Advisor):
 
     name = "openai"  # its exchanges are the model's own (the transcript meta names the advisor)
 
-    def __init__(self, inner: Any, known: Mapping[str, Mapping[str, Any]], max_live: int | None = None) -> None:
+    def __init__(self, inner: OpenAIAdvisor, known: Mapping[str, Mapping[str, Any]],
+                 max_live: int | None = None) -> None:
         super().__init__()
         self.inner, self.known, self.max_live = inner, known, max_live
         self.counters = inner.counters
@@ -204,9 +209,9 @@ class _Reusing(Advisor):
         self.live = 0
 
     def prompts(self, request: DiagnosisRequest) -> tuple[str, str]:
-        return self.inner.prompts(request)  # type: ignore[no-any-return]
+        return self.inner.prompts(request)
 
-    def complete(self, request: DiagnosisRequest) -> Any:
+    def complete(self, request: DiagnosisRequest) -> RawReply:
         from aicache.adaptive.advisor.openai_advisor import RawReply
         from aicache.adaptive.prompt import prompt_key
 
@@ -221,8 +226,8 @@ class _Reusing(Advisor):
         usage = {k: int(v) for k, v in (e.get("usage") or {}).items()}
         return RawReply(system, runtime, e.get("response"), usage, float(e.get("latency_s", 0.0)), e.get("error"))
 
-    def account(self, reply: Any) -> Advice | None:
-        return self.inner.account(reply)  # type: ignore[no-any-return]
+    def account(self, reply: RawReply) -> Advice | None:
+        return self.inner.account(reply)
 
     def advise(self, request: DiagnosisRequest) -> Advice | None:
         return self.account(self.complete(request))

@@ -65,15 +65,19 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from aicache.testing import S3Server, SlowFileSystem
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.policies.system import DataCacheSystem
 
 #: the job's systems, in report order (the seed's baselines for the data cache + Chiron)
-SYSTEMS: tuple[str, ...] = ("nocache", "juicefs", "alluxio", "chiron")
+JOB_SYSTEMS: tuple[str, ...] = ("nocache", "juicefs", "alluxio", "chiron")
 
 #: (path, start, end) — one ranged read of a sample
 Read = tuple[str, int, int]
@@ -94,7 +98,7 @@ class JobParams:
     #: injected per-request latency of the remote (seconds) and bandwidth (bytes/s, None = no cap)
     latency_s: float = 0.020
     bandwidth_bps: float | None = None
-    block_size: int = 4 * 1024 * 1024
+    block_size: int = DEFAULT_BLOCK_SIZE
     #: the cache budget in bytes; None = the workflow's budget at this scale
     cache_bytes: int | None = None
     #: multiplies the workflow's per-read compute time
@@ -317,6 +321,10 @@ def _counter(c: Any) -> float:
     return float(sum(s.value for s in c.collect()[0].samples if s.name.endswith("_total")))
 
 
+#: what one read of a sample reports: (phase, index, digest, hits, misses, nbytes)
+Sample = tuple[int, int, int, int, int, int]
+
+
 class RemoteSampleDataset:
     """A map-style dataset whose samples are read through an fsspec filesystem.
 
@@ -350,7 +358,7 @@ class RemoteSampleDataset:
         else:
             from aicache.datacache.fs import AICacheFileSystem
 
-            policy: Any = cfg.system
+            policy: str | DataCacheSystem = cfg.system
             if not cfg.shared_policy and cfg.make_system is not None:
                 policy = cfg.make_system()
             fs = AICacheFileSystem(fs=remote, cache_dir=cfg.cache_dir, cache_size=cfg.cache_bytes,
@@ -363,7 +371,7 @@ class RemoteSampleDataset:
         self._fs, self._pid = fs, os.getpid()
         return fs
 
-    def __getitem__(self, item: tuple[int, int]) -> tuple[int, int, int, int, int, int]:
+    def __getitem__(self, item: tuple[int, int]) -> Sample:
         """``item`` = (phase, sample) from :class:`PhasedBatchSampler`."""
         phase, index = item
         fs = self.filesystem()
@@ -387,7 +395,7 @@ class RemoteSampleDataset:
         return phase, index, digest(data), hits, misses, len(data)
 
 
-def _keep(batch: list[Any]) -> list[Any]:
+def _keep(batch: list[Sample]) -> list[Sample]:
     return batch
 
 
@@ -611,12 +619,12 @@ def phase_orders(ds: JobDataset, batch_size: int, seed: int) -> list[list[int]]:
 def run_job(system: str, params: JobParams, ds: JobDataset, storage_options: Mapping[str, Any],
             reference: Mapping[str, int], workdir: str) -> JobResult:
     """Run the whole job once through ``system`` with a cold cache; see the module docstring."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, Dataset
 
     from aicache.datacache.store import BlockStore
 
-    if system not in SYSTEMS:
-        raise BadInput(f"unknown system {system!r} for the end-to-end job; valid: {', '.join(SYSTEMS)}")
+    if system not in JOB_SYSTEMS:
+        raise BadInput(f"unknown system {system!r} for the end-to-end job; valid: {', '.join(JOB_SYSTEMS)}")
     cache_dir = tempfile.mkdtemp(prefix=f"{system[:8]}-", dir=workdir)
     counters = multiprocessing.get_context("fork").Array("q", 2)
     cfg = ReaderConfig(system=system, storage_options=dict(storage_options),
@@ -632,8 +640,11 @@ def run_job(system: str, params: JobParams, ds: JobDataset, storage_options: Map
     policy: dict[str, Any] = {}
     try:
         with _policy_owner(system, params, ds, cache_dir) as daemon:
-            loader = DataLoader(dataset, batch_sampler=batches, num_workers=params.loader_workers,
-                                collate_fn=_keep, multiprocessing_context="fork")
+            # DataLoader duck-types a map-style dataset (``__getitem__``, ``__len__``): the
+            # dataset class does not subclass torch's, so importing this module needs no torch
+            loader: DataLoader[Sample] = DataLoader(
+                cast("Dataset[Sample]", dataset), batch_sampler=batches,
+                num_workers=params.loader_workers, collate_fn=_keep, multiprocessing_context="fork")
             t0 = time.monotonic()
             for batch in loader:
                 for phase, idx, dg, h, m, nb in batch:
@@ -679,7 +690,7 @@ def _policy_stats(daemon: Any, t0: float) -> dict[str, Any]:
     return out
 
 
-def run_systems(params: JobParams, systems: Sequence[str] = SYSTEMS, *,
+def run_systems(params: JobParams, systems: Sequence[str] = JOB_SYSTEMS, *,
                 server: S3Server | None = None, workdir: str | None = None,
                 progress: Callable[[str], None] | None = None) -> list[JobResult]:
     """Materialise the dataset in S3 (``server``, or a moto server started here) and run
@@ -687,8 +698,8 @@ def run_systems(params: JobParams, systems: Sequence[str] = SYSTEMS, *,
     from aicache.testing import start_s3
 
     for s in systems:
-        if s not in SYSTEMS:
-            raise BadInput(f"unknown system {s!r} for the end-to-end job; valid: {', '.join(SYSTEMS)}")
+        if s not in JOB_SYSTEMS:
+            raise BadInput(f"unknown system {s!r} for the end-to-end job; valid: {', '.join(JOB_SYSTEMS)}")
     ds = build_job_dataset(params)
     own = server is None
     srv = start_s3() if server is None else server

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
-SYSTEMS = ("nocache", "juicefs", "alluxio", "chiron")
+ARMS = ("nocache", "juicefs", "alluxio", "chiron")
 BASELINES = ("juicefs", "alluxio")
 #: dataset scale of the quick and the full version (W1 = 1.395 GiB at scale 1). The quick
 #: version (66 files) is a smoke test of the whole pipeline: its phases are shorter than
@@ -60,7 +60,7 @@ class DatacacheReal(Experiment):
     def cells(self, quick: bool) -> Sequence[Mapping[str, Any]]:
         scale = QUICK_SCALE if quick else FULL_SCALE
         return [{"system": s, "workload": "W1", "scale": scale, "seed": 0, "latency_ms": 20.0,
-                 "loader_workers": 2, "batch_size": 32} for s in SYSTEMS]
+                 "loader_workers": 2, "batch_size": 32} for s in ARMS]
 
     @staticmethod
     def run_cell(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,7 +116,7 @@ class DatacacheReal(Experiment):
                 row[f"s {ph['pattern']}"] = round(ph["seconds"], 2)
             row["switches"] = r.get("switches")
             table.append(row)
-        goals = []
+        goals: list[Goal] = []
         by = {r["system"]: r for r in ok}
         if "chiron" in by and any(b in by for b in BASELINES):
             ch = by["chiron"]

@@ -23,15 +23,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 if TYPE_CHECKING:
     from aicache.kv.saecache import SAEState
     from aicache.kv.saecache_reuse import ReuseState
+    from aicache.traces.base import KVRequest
 
 WORKLOADS = ("chat", "arena", "tool", "mix")
 POLICIES = ("saecache", "saecache-seed", "saecache-priority", "lru", "lpc", "lfu", "s3fifo", "sieve", "belady")
-#: the goal's baselines (issue: the best of LRU, LFU, S3-FIFO, SIEVE and LPC)
+#: the goal's baselines (its bar: the best of LRU, LFU, S3-FIFO, SIEVE and LPC)
 GOAL_BASELINES = ("lru", "lfu", "s3fifo", "sieve", "lpc")
 OFFERED_LOAD = 1.0
 #: Evaluation seeds: held out. Seeds 0–3 were used while calibrating the generators and
@@ -41,13 +42,13 @@ EVAL_SEEDS_2 = (4, 5)
 
 
 @lru_cache(maxsize=8)
-def _requests(workload: str, sessions: int, seed: int) -> tuple[list[Any], str]:
+def _requests(workload: str, sessions: int, seed: int) -> tuple[list[KVRequest], str]:
     from aicache.sim.prefix import load_requests
 
     return load_requests(workload=workload, sessions=sessions, seed=seed)
 
 
-def _throughput(reqs: Sequence[Any]) -> float:
+def _throughput(reqs: Sequence[KVRequest]) -> float:
     """Prefill throughput that puts the uncached offered load at ``OFFERED_LOAD``, measured
     over the middle half of the requests (the steady state: generated traces ramp up as
     sessions start and trail off as the last sessions end)."""
@@ -83,10 +84,10 @@ def _by(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...], y: str) -> dic
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
-#: the SAECache variants issue 18's goals are judged for (the seed's formula, the engineered
+#: the SAECache variants the goals are judged for (the seed's formula, the engineered
 #: seed priority, the default: the reuse-probability variant)
 GOAL_POLICIES = ("saecache-seed", "saecache-priority", "saecache")
-#: issue 18: ≥ GAIN_PTS above the best baseline at GAIN_CAPS % of the working set, and never
+#: the goals: ≥ GAIN_PTS above the best baseline at GAIN_CAPS % of the working set, and never
 #: more than BELOW_PTS below LRU at any capacity in BELOW_RANGE %
 GAIN_CAPS = (5, 10, 20)
 GAIN_PTS = 5.0
@@ -94,10 +95,10 @@ BELOW_PTS = 0.5
 BELOW_RANGE = (5, 50)
 
 
-def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
-                gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
-                sub: str) -> list[dict[str, Any]]:
-    """Issue 18's SAECache goals, one row per variant, trace and capacity.
+def saecache_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any, ...], float],
+                   gain_traces: Sequence[str], below_traces: Sequence[str], held_out: str,
+                   sub: str) -> list[Goal]:
+    """The SAECache goals, one row per variant, trace and capacity.
 
     ``mean[(trace, capacity, policy)]``: token hit ratio (averaged over ``sub``, e.g. the
     seeds); ``cells[(trace, sub, capacity, policy)]``: each replay alone, for "never below
@@ -105,7 +106,7 @@ def issue_goals(mean: Mapping[tuple[Any, ...], float], cells: Mapping[tuple[Any,
     seeds). The +5 goal compares with the best of LRU, LFU, S3-FIFO,
     SIEVE and the LPC stand-in at that capacity; the headroom share is (policy − LRU) /
     (Belady − LRU). A capacity the grid lacks gets a "not evaluated" row."""
-    goals: list[dict[str, Any]] = []
+    goals: list[Goal] = []
     for p in GOAL_POLICIES:
         for w in gain_traces:
             for c in GAIN_CAPS:
@@ -244,7 +245,7 @@ class Capacity(Experiment):
                           "TTFT LRU/saecache": (t_l / t_d) if t_l and t_d else None})
         seeds = sorted({int(r["seed"]) for r in ok})
         held = f" (seeds {'/'.join(map(str, seeds))}, held out)"
-        goals = issue_goals(chr_, _by(ok, ("workload", "seed", "capacity_pct", "policy"),
+        goals = saecache_goals(chr_, _by(ok, ("workload", "seed", "capacity_pct", "policy"),
                                       "token_hit_ratio"),
                             ("chat", "tool", "mix"), WORKLOADS, held, "seed")
         policies = [p for p in POLICIES if any(k[2] == p for k in chr_)]
@@ -268,7 +269,7 @@ class Capacity(Experiment):
                                     for w in WORKLOADS if any(r["workload"] == w for r in ok)},
                                    seed=min(int(r["seed"]) for r in ok) if ok else SEEDS[0])],
             published=[{"metric": "CHR gain vs best(LRU, LPC) (the seed's, against saecache-seed's; "
-                                  "issue 18's goal is +5 over the best of five, in Goals)",
+                                  "our goal is +5 over the best of five, in Goals)",
                         "seed": "+4.8 … +5.9 points"},
                        {"metric": "TTFT vs production baselines", "seed": "1.4× … 2.7× better"}],
             goals=goals)
@@ -369,7 +370,7 @@ class Mismatch(Experiment):
                     table.append({"run on": w, "variant": var, "ttft_mean_s": v,
                                   "token_hit_ratio": h.get((w, var)),
                                   "TTFT / matched fixed": v / matched if matched else None})
-        goals = []
+        goals: list[Goal] = []
         for pol in MISMATCH_POLICIES:
             on_l, fx_l = online_loss.get(pol), fixed_loss.get(pol)
             if on_l:
@@ -526,7 +527,7 @@ class Overhead(Experiment):
                 ratios.append(r)
             table.append({"workload": w, "policy": p, "µs/decision": v,
                           "decisions/s": 1e6 / v if v else None, "× LRU": r})
-        goals = []
+        goals: list[Goal] = []
         if ratios:
             goals.append({"goal": "SAECache per-decision cost ≤ 3× LRU", "met": max(ratios) <= 3.0,
                           "value": f"{min(ratios):.2f}×…{max(ratios):.2f}× LRU"})
@@ -639,7 +640,9 @@ def headroom_table(ok: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> tu
     cells = sorted({k[:-1] for k in chr_})
     rows, below = [], []
     for c in cells:
-        get = lambda p: chr_.get((*c, p))  # noqa: E731
+        def get(p: str, c: tuple[Any, ...] = c) -> float | None:
+            return chr_.get((*c, p))
+
         lru, bel = get("lru"), get("belady")
         base = [v for p in BASELINES if (v := get(p)) is not None]
         best = max(base) if base else None
@@ -702,7 +705,7 @@ class MooncakeTrace(Experiment):
                  for r in good]
         traces = [names[p] for p in ("all", "first", "second")
                   if any(r.get("part", "all") == p for r in good)]
-        goals = issue_goals(_by(named, ("trace", "capacity_pct", "policy"), "token_hit_ratio"),
+        goals = saecache_goals(_by(named, ("trace", "capacity_pct", "policy"), "token_hit_ratio"),
                             _by(named, ("trace", "part", "capacity_pct", "policy"), "token_hit_ratio"),
                             [t for t in traces if t != names["first"]], traces, "", "part")
         return ReportSection(

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from aicache.experiments.base import Experiment, Figure, ReportSection, Table
+from aicache.experiments.base import Experiment, Figure, Goal, ReportSection, Table
 
 _DROP = ("wall_seconds", "block_events_per_second")
 FULL_SESSIONS = {"agent": 350, "weka": 170}
@@ -114,7 +114,7 @@ def _fmt(x: float | None, pct: bool = True) -> str:
 
 def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each label's CHAR relative to full duplicate (FD) and SSD writes relative to FD and
-    to the offline oracle (OR) — issue 18's frontier: CHAR ≥ 0.95 FD with writes ≤ 0.5 FD."""
+    to the offline oracle (OR) — the frontier goal: CHAR ≥ 0.95 FD with writes ≤ 0.5 FD."""
     out = []
     for r in rows:
         by = _by([q for q in rows if q.get("model") == r.get("model")], "label")
@@ -130,16 +130,16 @@ def _frontier(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-#: the admission arms issue 18's frontier goal is judged for: the seed's rule at its
+#: the admission arms the frontier goal is judged for: the seed's rule at its
 #: best-coverage threshold, its reuse-branch variant and the learned admission
 GOAL_ARMS = ("E2", "E2∨R1", "LA", "learned")
 
 
-def _frontier_goals(frontier: Sequence[Mapping[str, Any]], trace: str) -> list[dict[str, Any]]:
-    """Issue 18's SARIA goal per arm of :data:`GOAL_ARMS`: CHAR ≥ 0.95× full duplicate's
+def _frontier_goals(frontier: Sequence[Mapping[str, Any]], trace: str) -> list[Goal]:
+    """The SARIA frontier goal per arm of :data:`GOAL_ARMS`: CHAR ≥ 0.95× full duplicate's
     with SSD writes ≤ 0.5× full duplicate's and ≤ 1.5× the oracle's (the oracle's CHAR is
     full duplicate's, so this is "at equal CHAR" wherever the CHAR half is met)."""
-    out = []
+    out: list[Goal] = []
     for f in frontier:
         if f.get("label") not in GOAL_ARMS or None in (f.get("char_vs_fd"), f.get("writes_vs_fd"),
                                                       f.get("writes_vs_oracle")):
@@ -242,7 +242,7 @@ class Fig10(_KVExperiment):
         keys = ("model", "label", "ttft_mean_s", "ttft_p90_s", "char", "char_p25bad",
                 "ssd_writes_norm", "ssd_reads_norm", "ssd_writes_per_day_norm",
                 "ssd_lifetime_days", "dram_evictions", "transfer_mean_s", "transfer_p25bad_s")
-        goals = []
+        goals: list[Goal] = []
         ours = []
         for model in _models(rows):
             by = _by([r for r in rows if r.get("model") == model], "label")
@@ -387,7 +387,7 @@ class Pressure(_KVExperiment):
         from aicache.experiments.plots import line_chart
 
         figs = []
-        goals = []
+        goals: list[Goal] = []
         ours: list[dict[str, Any]] = []
         for model in _models(rows):
             mr = [r for r in rows if r.get("model") == model]
@@ -472,7 +472,7 @@ class Ablation(_KVExperiment):
         from aicache.experiments.plots import bar_chart
 
         table = []
-        goals = []
+        goals: list[Goal] = []
         ours: list[dict[str, Any]] = []
         for model in _models(rows):
             by = _by([r for r in rows if r.get("model") == model], "label")
@@ -562,7 +562,8 @@ class Admission(_KVExperiment):
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import line_chart
 
-        figs, ours, frontier, goals = [], [], [], []
+        figs, ours, frontier = [], [], []
+        goals: list[Goal] = []
         for wl in dict.fromkeys(str(r.get("workload", "agent")) for r in rows):
             wrows = [r for r in rows if r.get("workload", "agent") == wl]
             tag = "" if wl == "agent" else f"-{wl}"
@@ -642,7 +643,8 @@ class Metadata(_KVExperiment):
     def report(self, rows: Sequence[Mapping[str, Any]], outdir: Path) -> ReportSection:
         from aicache.experiments.plots import bar_chart
 
-        norm, ours, goals = [], [], []
+        norm, ours = [], []
+        goals: list[Goal] = []
         for model in _models(rows):
             by = _by([r for r in rows if r.get("model") == model], "label")
             off, on = by.get("w/o meta"), by.get("SARIA")
@@ -784,7 +786,8 @@ class Coordination(Experiment):
             return next((r for r in rows if r.get("case") == case and r.get("mode") == mode
                          and r.get("links", "ssd-model") == links and "completion_s" in r), None)
 
-        goals, vs = [], []
+        vs = []
+        goals: list[Goal] = []
         for case, *_ in self.CASES:
             for links in ("ssd-model", "ideal"):
                 s, o, c = (cell(case, m, links) for m in ("serial", "overlap", "coordinated"))

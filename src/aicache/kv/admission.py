@@ -15,13 +15,11 @@ import re
 import weakref
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol, runtime_checkable
 
 from aicache.errors import BadInput
 from aicache.kv.radix import RadixNode
-
-if TYPE_CHECKING:  # the index imports this module; the attrs appear in signatures only
-    from aicache.kv.saria import RequestAttrs
+from aicache.kv.request_attrs import RequestAttrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +89,15 @@ class SSDAdmission(Protocol):
     def on_write(self, node: RadixNode, size: int, now: float) -> None: ...
     def on_store(self, path: Sequence[RadixNode], skip: int, now: float,
                  attrs: RequestAttrs | None) -> None: ...
+
+
+@runtime_checkable
+class HeldEvictionObserver(Protocol):
+    """An admission that also hears of DRAM evictions of blocks that already have an SSD
+    copy (the index asks :meth:`SSDAdmission.at_eviction` only for blocks without one):
+    shadow caches of rules that write at eviction need every eviction."""
+
+    def on_evict_held(self, node: RadixNode, now: float) -> None: ...
 
 
 class IgnoresEvents:

@@ -13,17 +13,19 @@ registered is parsed as SARIA's rule (``E2``, ``R8``, ``E2∨R8``, ``full-duplic
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aicache.errors import BadInput
 from aicache.kv.admission import (
     AdmissionRule, LearnedAdmission, OracleAdmission, RuleAdmission, SSDAdmission,
 )
+from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
 from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
 )
 from aicache.kv.radix import RadixNode
+from aicache.kv.shadow_admission import ShadowFollowAdmission
 from aicache.kv.write_budget import WriteBudget
 from aicache.registry import Registry
 
@@ -37,13 +39,15 @@ class AdmissionContext:
     """What a builder may read. ``size_of``: a block's bytes (the index's ``size``);
     ``horizon``: the metadata window (s); ``args``: the entry's options (CLI or the tier's
     ``admission_args``); ``prompts``: the whole trace's block keys (offline policies only;
-    None under an engine); ``budget``: the SSD write budget, if one was set."""
+    None under an engine); ``budget``: the SSD write budget, if one was set; ``ssd_bytes``: the SSD's capacity."""
 
     size_of: Callable[[RadixNode], int] = _unit_block
     horizon: float = 3600.0
     args: Mapping[str, object] = field(default_factory=dict)
     prompts: Sequence[Sequence[Hashable]] | None = None
     budget: WriteBudget | None = None
+    #: the SSD's bytes (shadow caches size themselves by it; 0: unknown, unbounded)
+    ssd_bytes: int = 0
 
 
 AdmissionFactory = Callable[[AdmissionContext], SSDAdmission]
@@ -102,7 +106,29 @@ def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
     if ctx.budget is None:
         raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    return BudgetedAdmission(ctx.budget, ctx.size_of)
+    return BudgetedAdmission(ctx.budget, ctx.size_of,
+                             _float(ctx, "pace_window", BUDGETED_PACE_WINDOW))
+
+
+#: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
+#: rule and the budgeted admission (each its own instance, its own ledger)
+SHADOW_RULES = ("sglang-selective", "vllm-reuse-filter", "lmcache-gate", "kvbm-frequency",
+                "mooncake-on-evict", "E2", "budgeted")
+
+
+def _shadow_follow(ctx: AdmissionContext) -> SSDAdmission:
+    if ctx.budget is None:
+        raise BadInput("admission 'shadow-follow' needs a write budget: --ssd-write-budget "
+                       "1DWPD (or 200MB/s)")
+    b = ctx.budget
+    rules: list[SSDAdmission] = []
+    for name in SHADOW_RULES:
+        own = WriteBudget(b.bytes_per_s, b.window) if name == "budgeted" else None
+        rules.append(make_ssd_admission(name, replace(ctx, budget=own)))
+    return _checked(lambda: ShadowFollowAdmission(
+        rules, b, ctx.size_of, ctx.ssd_bytes, hysteresis=_float(ctx, "hysteresis", 0.02),
+        schedule=str(ctx.args.get("schedule", "project")), slack=_float(ctx, "slack", 0.25)),
+        "shadow-follow")
 
 
 SSD_ADMISSIONS: Registry[AdmissionEntry] = Registry("SSD admission")
@@ -128,6 +154,9 @@ SSD_ADMISSIONS.register("mooncake-on-evict", AdmissionEntry(lambda c: _checked(
 SSD_ADMISSIONS.register("budgeted", AdmissionEntry(_budgeted),
                         "write at DRAM eviction within --ssd-write-budget, reused/returning "
                         "blocks first")
+SSD_ADMISSIONS.register("shadow-follow", AdmissionEntry(_shadow_follow),
+                        "follow the shadow cache (the field's rules, E2, budgeted) with the "
+                        "most recent hits whose writes fit --ssd-write-budget")
 SSD_ADMISSIONS.register("oracle", AdmissionEntry(
     _oracle, "aicache.integrations.chunk_tier:oracle_chunks"),
     "offline: write a block at its DRAM eviction iff a later request references it")
@@ -167,6 +196,7 @@ def make_ssd_admission(name: str, ctx: AdmissionContext) -> SSDAdmission:
             adm = RuleAdmission(AdmissionRule.parse(name))
         except BadInput as e:
             raise unknown_admission(name, e) from None
-    if ctx.budget is not None and not isinstance(adm, BudgetedAdmission):
+    if ctx.budget is not None and not isinstance(adm, (BudgetedAdmission,
+                                                       ShadowFollowAdmission)):
         adm = CappedAdmission(adm, ctx.budget, ctx.size_of)
     return adm

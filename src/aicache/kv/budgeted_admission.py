@@ -27,14 +27,11 @@ any other admission (the peers' rules, SARIA's E/R rule).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from aicache.kv.admission import SSDAdmission
 from aicache.kv.radix import RadixNode
+from aicache.kv.request_attrs import RequestAttrs
 from aicache.kv.write_budget import DemandWindow, WriteBudget
-
-if TYPE_CHECKING:
-    from aicache.kv.saria import RequestAttrs
 
 BlockBytes = Callable[[RadixNode], int]
 

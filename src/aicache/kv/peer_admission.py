@@ -34,13 +34,10 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from aicache.kv.admission import IgnoresEvents
 from aicache.kv.radix import RadixNode
-
-if TYPE_CHECKING:
-    from aicache.kv.saria import RequestAttrs
+from aicache.kv.request_attrs import RequestAttrs
 
 #: bytes of a block (the index's ``size``)
 BlockBytes = Callable[[RadixNode], int]

@@ -67,11 +67,14 @@ from enum import Enum
 from typing import Any
 
 from aicache.errors import BadInput
-from aicache.kv.admission import AdmissionRule, RuleAdmission, SSDAdmission
+from aicache.kv.admission import (
+    AdmissionRule, HeldEvictionObserver, RuleAdmission, SSDAdmission,
+)
 from aicache.kv.eviction import BlockEvictionPolicy, make_dram_policy
 from aicache.kv.models import BlockGeometry
 from aicache.kv.promotion import PromotionMode, PromotionParams, promotion_target
 from aicache.kv.radix import KVObject, Namespace, RadixNode, RadixTree, Tier
+from aicache.kv.request_attrs import RequestAttrs as RequestAttrs  # re-exported: the index's API
 
 #: weight of the newest eviction in the DRAM characteristic-time average (about the last
 #: 32 evictions count)
@@ -225,6 +228,7 @@ class KVIndex:
         self.ssd_lru: OrderedDict[RadixNode, None] = OrderedDict()
         self.stats = IndexStats()
         self.adm: SSDAdmission = params.admission_policy or RuleAdmission(params.admission)
+        self._held_observer = self.adm if isinstance(self.adm, HeldEvictionObserver) else None
         self._rule = params.admission
         self.prom = params.promotion
         #: False after :meth:`stop_ssd_admissions`: no SSD write is issued any more
@@ -254,6 +258,7 @@ class KVIndex:
     def rule(self, rule: AdmissionRule) -> None:
         self._rule = rule
         self.adm = RuleAdmission(rule)
+        self._held_observer = None
 
     # ------------------------------------------------------------------ helpers
     def size(self, node: RadixNode) -> int:
@@ -557,6 +562,8 @@ class KVIndex:
                 st.rejected_at_eviction += 1
                 if n in self.writing:
                     self._cancel_write(n, moves)
+        elif self._held_observer is not None and n.kv_loc & _SSD:
+            self._held_observer.on_evict_held(n, now)
         self.policy.on_remove(n)
         self.dram_used -= self.size(n)
         if n in self.writing:
@@ -782,15 +789,3 @@ class KVIndex:
         """No SSD write is issued from now on (the device is full); copies already on the
         SSD keep serving, keep their LRU order and can still be evicted or lost."""
         self.ssd_admitting = False
-
-
-@dataclass(slots=True)
-class RequestAttrs:
-    """Per-request metadata copied onto new nodes (what semantic eviction policies read);
-    ``output_tokens`` (the tokens the request generated, −1 unknown) is seen by the
-    admission policy's ``on_store``."""
-
-    session: str | None = None
-    turn: int = -1
-    block_types: Sequence[str] | None = None
-    output_tokens: int = -1

@@ -1,6 +1,3 @@
-# mypy: ignore-errors
-# (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
-# typed seam is aicache.policies.slotted, which wraps these classes.)
 """The policy core of LRU, FIFO, CLOCK, SIEVE, S3-FIFO and ARC: state in typed arrays
 indexed by dense slot ids, walked by compiled code.
 

@@ -378,6 +378,7 @@ def _simulate_slots(src: TraceSource, policy: str, cache_size: str | int, size_m
     pol = make_eviction(policy, cap, rng=random.Random(seed))
     assert isinstance(pol, SlotPolicy)
     core = pol.core
+    assert isinstance(core, slotcore.Core)  # replay drives the concrete core, not the protocol
     core.reserve(objects)
     stored = memoryview(array("q", bytes(0 if objects_mode else 8 * objects)))  # bytes: the cache's table
     if progress is None:

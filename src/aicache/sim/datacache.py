@@ -42,16 +42,21 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aicache.datacache.policy.driver import Admission, SystemDriver
 from aicache.datacache.policy.registry import make_system
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.sim.grading import ChironGrader
 from aicache.traces.base import Phase
+from aicache.units import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.traces.workflows import WorkflowStream, WorkflowTrace
 
 MiB = 1 << 20
 _CHUNK = 1 << 18  #: reads converted to Python lists at a time
@@ -236,7 +241,7 @@ class DataCacheResult:
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def workload_from_workflow(trace: Any) -> BlockWorkload:
+def workload_from_workflow(trace: WorkflowTrace) -> BlockWorkload:
     """A generated :class:`~aicache.traces.workflows.WorkflowTrace` as simulator input."""
     ds = trace.dataset
     segs = [PhaseSegment(p.name, p.pattern, p.start, p.end, p.compute_s) for p in trace.phases]
@@ -248,7 +253,7 @@ def workload_from_workflow(trace: Any) -> BlockWorkload:
     )
 
 
-def workload_from_stream(stream: Any) -> BlockWorkload:
+def workload_from_stream(stream: WorkflowStream) -> BlockWorkload:
     """A :class:`~aicache.traces.workflows.WorkflowStream` as simulator input: the same
     replay as :func:`workload_from_workflow` of the materialised trace, in O(dataset) memory."""
     ds = stream.dataset
@@ -337,8 +342,8 @@ def simulate_datacache(
     hit_ms: float | None = None,
     miss_ms: float | None = None,
     remote_bw: float | None = None,
-    block_size: int = 4 * MiB,
-    advisor: Any = "statistical",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    advisor: AdvisorSpec = "statistical",
     seed: int = 0,
     scale: float = 1.0,
     system_params: dict[str, Any] | None = None,
@@ -441,6 +446,10 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     bunit_of = wl.block_unit_of
     dense = isinstance(bsize_of, list)
     nblocks = len(bsize_of)
+    # one of the two is used, by ``dense``: a list of sizes indexed by block id, else a dict's get
+    size_list: list[int] = bsize_of if isinstance(bsize_of, list) else []
+    size_get: Callable[[int], int | None] = (bsize_of.get if isinstance(bsize_of, dict)
+                                             else size_list.__getitem__)
     system = driver.system
 
     store = driver.resident  # resident block -> bytes it costs
@@ -456,13 +465,12 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
     on_access = driver.access
     place = driver.place
     REJECTED = Admission.REJECTED
-    tick = system.tick
+    tick: Callable[[float], None] | None = system.tick
     if getattr(tick, "__func__", None) is DataCacheSystem.tick:
         tick = None  # the base class's no-op: skip a call per read
     observe = grader.observe_label if grader is not None else None
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     inflight_get = inflight.get
-    bsize_get = None if dense else bsize_of.get  # type: ignore[union-attr]
 
     def arrive(block: int, t: float, is_pf: bool) -> None:
         nonlocal rejected, pf_pending
@@ -553,11 +561,12 @@ def _run(wl: BlockWorkload, driver: SystemDriver[int], sysname: str, capacity: i
                         if dense:
                             if not 0 <= p < nblocks:
                                 continue
-                            psize = bsize_of[p]  # type: ignore[index]
+                            psize = size_list[p]
                         else:
-                            psize = bsize_get(p)  # type: ignore[misc]
-                            if psize is None:
+                            known = size_get(p)
+                            if known is None:
                                 continue
+                            psize = known
                         if pf_pending >= pf_cap:
                             dropped += 1
                             continue

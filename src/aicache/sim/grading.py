@@ -39,7 +39,7 @@ from aicache.adaptive.advisor.oracle import bind_truth
 from aicache.adaptive.controller import ChironSystem
 from aicache.adaptive.metrics import DiagnosisConfusion, diagnosis_confusion
 from aicache.adaptive.observer import ChironObserver, Judgement
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 
 
 class ChironGrader(ChironObserver):

@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -54,12 +54,13 @@ from aicache.kv.admissions import (
     SSD_ADMISSIONS, AdmissionContext, make_ssd_admission, unknown_admission,
 )
 from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
+from aicache.kv.shadow_admission import ShadowFollowAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.promotion import PromotionMode, PromotionParams
 from aicache.kv.saria import (
-    KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs, Tier,
+    KVIndex, KVIndexParams, LookupMode, Moves, ReloadPlan, RequestAttrs,
 )
-from aicache.kv.radix import RadixNode
+from aicache.kv.radix import RadixNode, Tier
 from aicache.kv.transfer import GB, Bandwidths, SharingModel, TransferCoordinator, TransferMode
 from aicache.kv.write_budget import (
     RATED_DWPD, RATED_YEARS, WriteBudget, life_years, parse_write_budget,
@@ -92,24 +93,24 @@ class SystemSpec:
 
 
 _FD = AdmissionRule(None, None, True)
-SYSTEMS: Registry[SystemSpec] = Registry("KV system")
-SYSTEMS.register("saria", SystemSpec("saria"), "SARIA: E/R admission, unified plan, partial promotion, coordinator")
-SYSTEMS.register("full-duplicate", SystemSpec("full-duplicate", admission=_FD),
+KV_SYSTEMS: Registry[SystemSpec] = Registry("KV system")
+KV_SYSTEMS.register("saria", SystemSpec("saria"), "SARIA: E/R admission, unified plan, partial promotion, coordinator")
+KV_SYSTEMS.register("full-duplicate", SystemSpec("full-duplicate", admission=_FD),
                  "SARIA with admission disabled (every block to SSD)")
-SYSTEMS.register("dram-only", SystemSpec("dram-only", ssd=False), "SARIA with SSD disabled")
-SYSTEMS.register("lmcache-plus", SystemSpec(
+KV_SYSTEMS.register("dram-only", SystemSpec("dram-only", ssd=False), "SARIA with SSD disabled")
+KV_SYSTEMS.register("lmcache-plus", SystemSpec(
     "lmcache-plus", admission=_FD, lookup=LookupMode.TIER_PREFIX, promotion=PromotionMode.ZERO,
     transfer=TransferMode.SERIAL), "full duplicate, tier-prefix lookup, serial tiers, no promotion")
-SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
+KV_SYSTEMS.register("gds-only", SystemSpec("gds-only", dram=False, admission=_FD,
                                         promotion=PromotionMode.ZERO),
                  "KV only on SSD, read straight to GPU")
-SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
+KV_SYSTEMS.register("full-promotion", SystemSpec("full-promotion", admission=_FD,
                                               promotion=PromotionMode.FULL),
                  "HiCache-style: every SSD hit kept in DRAM (full duplicate)")
-SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
+KV_SYSTEMS.register("oracle", SystemSpec("oracle", admission_policy="oracle"),
                  "SARIA with offline oracle admission: persist exactly the blocks a later "
                  "request references (the frontier)")
-SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
+KV_SYSTEMS.register("zero-promotion", SystemSpec("zero-promotion", admission=_FD,
                                               promotion=PromotionMode.ZERO),
                  "FlexKV/Dynamo-style: SSD hits go to GPU only (full duplicate)")
 
@@ -202,7 +203,8 @@ def _reblock(r: KVRequest, cb: int, no: int) -> tuple[list[Hashable], int, list[
     elif tb % cb == 0:
         g = tb // cb
         n_cache = -(-r.input_length // cb) if r.input_length else len(ids) * g
-        keys = [(h, k) for h in ids for k in range(g)][:max(0, n_cache)]
+        keys = [(blk, k) for blk in ids for k in range(g)]
+        keys = keys[:max(0, n_cache)]
         btypes = ([t for t in types for _ in range(g)][:len(keys)] if types is not None else None)
     else:
         raise BadInput(f"trace request {no}: block_tokens {tb} and the model's {cb}-token cache "
@@ -293,7 +295,7 @@ def _index_params(p: KVSimParams, spec: SystemSpec, model: ModelSpec) -> KVIndex
 
 def validate(p: KVSimParams) -> tuple[SystemSpec, ModelSpec]:
     """Check a parameter set; every problem is a one-line :class:`BadInput`."""
-    spec = SYSTEMS.get(p.system)
+    spec = KV_SYSTEMS.get(p.system)
     model = get_model(p.model)
     bt = model.block_tokens
     if p.dram_tokens < 0 or p.ssd_tokens < 0:
@@ -393,8 +395,11 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     """Replay ``requests`` through one system; deterministic in ``params``."""
     spec, model = validate(params)
     wall0 = time.perf_counter()
-    reqs = requests if isinstance(requests, list) and (not requests or isinstance(
-        requests[0], _Req)) else prepare(requests, model.block_tokens)  # type: ignore[arg-type]
+    reqs: list[_Req]
+    if isinstance(requests, list) and (not requests or isinstance(requests[0], _Req)):
+        reqs = cast("list[_Req]", requests)  # prepared already (its first item says so)
+    else:
+        reqs = prepare(cast("Iterable[KVRequest]", requests), model.block_tokens)
     for r in reqs:  # a prepared list may be replayed more than once
         r.next, r.plan, r.gap = None, None, 0.0
     ip = _index_params(params, spec, model)
@@ -405,7 +410,8 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         adm_policy = make_ssd_admission(pname if pname is not None else ip.admission.label,
                                         AdmissionContext(_block_bytes(model),
                                                          params.metadata_window, {},
-                                                         [r.keys for r in reqs], budget))
+                                                         [r.keys for r in reqs], budget,
+                                                         ip.ssd_bytes))
         # the policy decides every write, full duplicate's included
         ip = replace(ip, admission=AdmissionRule(None, None, False),
                      admission_policy=adm_policy)
@@ -564,10 +570,11 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         t_coord = coord.next_event() if len(coord) else math.inf
         if t_coord <= t_heap:
             jobs = coord.advance(t_coord)
+            # the coordinator hands back the jobs this replay gave it: written nodes, loading requests
             for w in coord.take_writes_done():
-                index.complete_write(w, coord.now)  # type: ignore[arg-type]
+                index.complete_write(cast(RadixNode, w), coord.now)
             for job in jobs:
-                transfer_done(job, coord.now)  # type: ignore[arg-type]
+                transfer_done(cast(_Req, job), coord.now)
             continue
         t, _, kind, r = heapq.heappop(heap)
         if kind == 0:
@@ -583,16 +590,16 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     st = index.stats
     tt = np.asarray(ttft, dtype=float)
     tr = np.asarray(transfer, dtype=float)
-    h = np.asarray(hits, dtype=float)
+    hit_arr = np.asarray(hits, dtype=float)
     a = np.asarray(achv, dtype=float)
-    char = float(h.sum() / a.sum()) if a.sum() > 0 else float("nan")
+    char = float(hit_arr.sum() / a.sum()) if a.sum() > 0 else float("nan")
     elig = a > 0
     if elig.any():
-        ratio = h[elig] / a[elig]
+        ratio = hit_arr[elig] / a[elig]
         order = np.argsort(ratio, kind="stable")
         k = max(1, math.ceil(order.size / 4))
         worst = order[:k]
-        char_bad = float(h[elig][worst].sum() / a[elig][worst].sum())
+        char_bad = float(hit_arr[elig][worst].sum() / a[elig][worst].sum())
     else:
         char_bad = float("nan")
     ssd_cap = ip.ssd_bytes
@@ -635,6 +642,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "ssd_budget_refusals": budget.refused if budget is not None else None,
         "ssd_budget_max_window_bytes": budget.max_window if budget is not None else None,
         **(_budgeted_counters(inner) if isinstance(inner, BudgetedAdmission) else {}),
+        **(inner.stats() if isinstance(inner, ShadowFollowAdmission) else {}),
         "transfer_p10bad_s": _p25bad(tr, 0.10),
         "transfer_p5bad_s": _p25bad(tr, 0.05),
         # extras (stable additions)
@@ -678,7 +686,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "all_dram_hit_request_share": all_dram_requests / hit_requests if hit_requests else None,
         "promotions": int(st.promotions),
         "promotions_blocked": int(st.promotions_blocked),
-        "hit_blocks": int(h.sum()),
+        "hit_blocks": int(hit_arr.sum()),
         "achievable_blocks": int(a.sum()),
         "metadata_nodes": len(index.tree),
         "block_events": block_events,

@@ -3,7 +3,7 @@
 Three methods, chosen by policy and ``sample_rate``:
 
 * ``stack-distance`` (LRU, always): one pass computes every request's LRU stack distance
-  (:mod:`aicache.sim.stackdist`); the hits at each size are the requests whose distance
+  (:mod:`aicache.traces.stackdist`); the hits at each size are the requests whose distance
   fits. Exact: each size equals ``sim cache --policy lru`` at that size, with the same
   accounting (:mod:`aicache.sim.cache`), in objects and bytes mode. In bytes mode an
   object larger than a size is never stored at that size and so is left out of the stack
@@ -25,7 +25,7 @@ Three methods, chosen by policy and ``sample_rate``:
 The trace is read once and held in memory as numpy columns for the run (28 bytes per
 request): its ids, turned into dense slot ids by :class:`aicache.policies.slotcore.SlotMap`
 as ``sim cache`` does, sizes and times. The stack distances run over the slot ids in
-compiled code (:func:`aicache.sim.stackdist.slot_distances`); a policy with a slot core
+compiled code (:func:`aicache.traces.stackdist.slot_distances`); a policy with a slot core
 (:func:`aicache.sim.cache_sim.replayable`) replays the whole trace or its sample through
 :func:`aicache.policies.slotcore.replay` as ``sim cache`` does, any other through
 :class:`aicache.sim.cache.Cache`. SHARDS hashes each object's id once, not each request.
@@ -46,7 +46,7 @@ from aicache.policies import EVICTION, make_eviction, slotcore
 from aicache.policies.slotted import SlotPolicy
 from aicache.sim.cache import Cache
 from aicache.sim.cache_sim import SIZE_MODES, WorkingSet, _open, replayable, resolve_cache_size
-from aicache.sim.stackdist import hits_at, slot_distances
+from aicache.traces.stackdist import hits_at, slot_distances
 from aicache.traces.formats._common import TraceSource
 from aicache.traces.formats.oracle_general import next_access_times
 from aicache.units import parse_size
@@ -201,6 +201,7 @@ def simulate_arrays(tr: _Trace, policy: str, cap: int, size_mode: str,
     if replayable(EVICTION.get(policy)):
         assert isinstance(pol, SlotPolicy)
         core = pol.core
+        assert isinstance(core, slotcore.Core)  # replay drives the concrete core, not the protocol
         core.reserve(tr.objects)
         if size_mode == "objects":
             hits, bytes_hit, _, _, _ = slotcore.replay(core, tr.slots, tr.sizes, cap, 0)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -101,10 +101,13 @@ def block_sizes(r: KVRequest) -> list[int]:
 
 def _output(r: KVRequest) -> tuple[list[int], list[str]]:
     ids = r.extra.get("output_hash_ids") if r.extra else None
-    if not ids:
+    if not isinstance(ids, (list, tuple)) or not ids:
         return [], []
-    types = r.extra.get("output_block_types") or ["decode"] * len(ids)
-    return [int(x) for x in ids], [str(t) for t in types]  # type: ignore[union-attr]
+    types = r.extra.get("output_block_types")
+    if not isinstance(types, (list, tuple)) or not types:
+        types = ["decode"] * len(ids)
+    # the trace formats write the output blocks' ids as integers (a JSON array of numbers)
+    return [int(x) for x in cast("list[int]", ids)], [str(t) for t in types]
 
 
 def _output_sizes(r: KVRequest, n: int) -> list[int]:
@@ -207,7 +210,7 @@ def simulate(requests: Sequence[KVRequest], policy: str | PrefixPolicy, capacity
         if tokens > cap:
             return
         while used + tokens > cap:
-            v = pol.victim(now)
+            v = cast(int, pol.victim(now))  # the keys this replay inserts are block ids
             decisions += 1
             used -= resident.pop(v)
             evictions += 1

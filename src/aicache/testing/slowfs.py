@@ -22,7 +22,7 @@ import fsspec
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 
-class SlowFileSystem(AbstractFileSystem):
+class SlowFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped (Any)
     """Read-only pass-through to ``fs`` (or ``target_protocol``) with injected delays/faults."""
 
     protocol = "slow"
@@ -64,7 +64,7 @@ class SlowFileSystem(AbstractFileSystem):
             time.sleep(delay)
 
     @classmethod
-    def _strip_protocol(cls, path: str) -> str:  # type: ignore[override]
+    def _strip_protocol(cls, path: str) -> str:
         path = str(path)
         return path[len("slow://"):] if path.startswith("slow://") else path
 
@@ -74,7 +74,8 @@ class SlowFileSystem(AbstractFileSystem):
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         self._request()
-        return self.fs.info(path, **kwargs)
+        info: dict[str, Any] = self.fs.info(path, **kwargs)
+        return info
 
     def invalidate_cache(self, path: str | None = None) -> None:
         self.fs.invalidate_cache(path)
@@ -83,7 +84,8 @@ class SlowFileSystem(AbstractFileSystem):
                  **kwargs: Any) -> bytes:
         size = self.fs.info(path)["size"] if start is None or end is None else end - start
         self._request(max(0, int(size)))
-        return self.fs.cat_file(path, start=start, end=end, **kwargs)
+        data: bytes = self.fs.cat_file(path, start=start, end=end, **kwargs)
+        return data
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any) -> Any:
         if "r" not in mode:
@@ -91,9 +93,10 @@ class SlowFileSystem(AbstractFileSystem):
         return _SlowFile(self, path, mode=mode, block_size=block_size or "default", **kwargs)
 
 
-class _SlowFile(AbstractBufferedFile):
+class _SlowFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is untyped (Any)
     def _fetch_range(self, start: int, end: int) -> bytes:
-        return self.fs.cat_file(self.path, start, end)
+        data: bytes = self.fs.cat_file(self.path, start, end)
+        return data
 
 
 def register_slow_protocol() -> None:

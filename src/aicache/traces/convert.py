@@ -11,6 +11,7 @@ the session fields.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 from aicache.errors import BadInput
 from aicache.traces import FORMATS, KV_FORMATS
@@ -49,7 +50,12 @@ class _LiveUnits(Sequence[str]):
     def __init__(self, src: TraceSource) -> None:
         self._src = src
 
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
         return self._src.units[i]
 
     def __len__(self) -> int:

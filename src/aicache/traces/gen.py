@@ -7,9 +7,13 @@ session generators (``aicache gen sessions``) yield :class:`~aicache.traces.base
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from aicache.registry import Registry
 from aicache.traces.base import KVRequest
+
+if TYPE_CHECKING:  # the generators load lazily: naming one must not import numpy
+    from aicache.traces.workflows import WorkflowTrace
 
 #: name -> callable(sessions: int | None, seed: int) -> Iterator[KVRequest]
 SESSIONS: Registry[Callable[..., Iterator[KVRequest]]] = Registry("session workload")
@@ -21,7 +25,7 @@ SESSIONS.register("tool", "aicache.traces.gen_chat:generate_tool", "agentic tool
 SESSIONS.register("mix", "aicache.traces.gen_chat:generate_mix", "chat-heavy to tool-heavy shifting mix")
 
 #: name -> callable(scale: float, seed: int) -> aicache.traces.workflows.WorkflowTrace
-WORKFLOWS: Registry[Callable[..., object]] = Registry("workflow workload")
+WORKFLOWS: Registry[Callable[..., WorkflowTrace]] = Registry("workflow workload")
 WORKFLOWS.register("W1", "aicache.traces.workflows:generate_w1", "ResNet-50: sequential -> random -> skewed")
 WORKFLOWS.register("W2", "aicache.traces.workflows:generate_w2", "Minimal-FNO: sequential -> random -> skewed")
 WORKFLOWS.register("W3", "aicache.traces.workflows:generate_w3", "SD 1.5 LoRA: random -> sequential")

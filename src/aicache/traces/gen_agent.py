@@ -71,11 +71,22 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: Any = 
     return rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma, size)
 
 
+@dataclass(slots=True)
 class _Plan:
-    """All random draws of one session, at unit tool-output scale."""
+    """All random draws of one session, at unit tool-output scale; the arrays hold one entry
+    per request of the session (``n``)."""
 
-    __slots__ = ("n", "variant", "init", "asst", "is_user", "tool", "user", "reset",
-                 "summary", "gaps", "start")
+    n: int
+    variant: int  #: index of the session's system prompt
+    init: int  #: tokens of the first user message
+    asst: np.ndarray  #: assistant tokens per request (int)
+    is_user: np.ndarray  #: whether a request's new input is a user turn, else tool output (bool)
+    tool: np.ndarray  #: tool-output tokens per request at unit scale (float)
+    user: np.ndarray  #: user tokens per request (int)
+    reset: np.ndarray  #: whether the context is summarised before a request (bool)
+    summary: np.ndarray  #: tokens of the summary that replaces the context (int)
+    gaps: np.ndarray  #: seconds before each request, the first 0 (float)
+    start: float  #: the session's first request, seconds into the trace
 
 
 def _draw(t: SessionTargets, n_sessions: int, rng: np.random.Generator) -> list[_Plan]:
@@ -92,23 +103,22 @@ def _draw(t: SessionTargets, n_sessions: int, rng: np.random.Generator) -> list[
             counts[i] += 1
     starts = np.sort(rng.uniform(0, 20 * 3600, n_sessions))
     w = np.asarray(t.system_weights) / sum(t.system_weights)
-    plans = []
+    plans: list[_Plan] = []
     for i in range(n_sessions):
         n = int(counts[i])
-        p = _Plan()
-        p.n = n
-        p.variant = int(rng.choice(len(w), p=w))
-        p.init = max(1, int(_lognormal(rng, t.initial_context_mean, 0.8)))
-        p.asst = np.maximum(1, _lognormal(rng, t.assistant_mean, 0.9, n)).astype(int)
-        p.is_user = rng.random(n) < t.user_frac
-        p.tool = _lognormal(rng, 1.0, 1.1, n)
-        p.user = np.maximum(1, _lognormal(rng, t.user_mean, 0.8, n)).astype(int)
-        p.reset = rng.random(n) < t.reset_prob
-        p.summary = np.maximum(1, _lognormal(rng, t.summary_mean, 0.5, n)).astype(int)
-        p.gaps = _lognormal(rng, t.mean_gap_s, 1.0, n)
-        p.gaps[0] = 0.0
-        p.start = float(starts[i])
-        plans.append(p)
+        # the draws in the order the generator has always made them (same seed, same trace)
+        variant = int(rng.choice(len(w), p=w))
+        init = max(1, int(_lognormal(rng, t.initial_context_mean, 0.8)))
+        asst = np.maximum(1, _lognormal(rng, t.assistant_mean, 0.9, n)).astype(int)
+        is_user = rng.random(n) < t.user_frac
+        tool = _lognormal(rng, 1.0, 1.1, n)
+        user = np.maximum(1, _lognormal(rng, t.user_mean, 0.8, n)).astype(int)
+        reset = rng.random(n) < t.reset_prob
+        summary = np.maximum(1, _lognormal(rng, t.summary_mean, 0.5, n)).astype(int)
+        gaps = _lognormal(rng, t.mean_gap_s, 1.0, n)
+        gaps[0] = 0.0
+        plans.append(_Plan(n=n, variant=variant, init=init, asst=asst, is_user=is_user, tool=tool,
+                           user=user, reset=reset, summary=summary, gaps=gaps, start=float(starts[i])))
     return plans
 
 

@@ -414,6 +414,11 @@ def _lognormal_fit(xs: list[float]) -> dict[str, float]:
             "sigma": float(lx.std()), "p90_s": float(np.exp(np.quantile(lx, 0.9)))}
 
 
+def _listed(v: object) -> list[object] | tuple[object, ...]:
+    """A list-valued ``extra`` field (a JSON array), or nothing when it is absent."""
+    return v if isinstance(v, (list, tuple)) else ()
+
+
 def workload_stats(requests: Iterable[KVRequest]) -> dict[str, Any]:
     """The characterisation the published design reports (``docs/design/saecache.md``),
     measured on a KV stream.
@@ -450,9 +455,10 @@ def workload_stats(requests: Iterable[KVRequest]) -> dict[str, Any]:
                 if b.sid != sid:
                     b.shared = True
         ex = r.extra or {}
-        for h, ty in zip(ex.get("output_hash_ids") or (), ex.get("output_block_types") or ()):
-            if h not in blocks:
-                blocks[h] = _BlockStat(str(ty), sid)
+        for out_id, out_ty in zip(_listed(ex.get("output_hash_ids")),
+                                  _listed(ex.get("output_block_types"))):
+            if isinstance(out_id, int) and out_id not in blocks:
+                blocks[out_id] = _BlockStat(str(out_ty), sid)
     per: dict[str, list[int]] = {}
     share = {"shared": 0, "session_local": 0, "never_reused": 0}
     for b in blocks.values():

@@ -38,8 +38,8 @@ import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import Phase
+from aicache.units import DEFAULT_BLOCK_SIZE
 from aicache.traces.workflows import (
-    BLOCK_SIZE,
     GiB,
     KiB,
     MiB,
@@ -200,7 +200,7 @@ def _order(step: Step, kind: str, n: int, rng: np.random.Generator) -> np.ndarra
 
 
 def generate_heldout(name: str, scale: float = 1.0, seed: int = 0,
-                     block_size: int = BLOCK_SIZE) -> WorkflowTrace:
+                     block_size: int = DEFAULT_BLOCK_SIZE) -> WorkflowTrace:
     """Held-out workflow ``name`` (H1..H5) as an in-memory block trace."""
     spec = SPECS.get(name.upper()) if isinstance(name, str) else None
     if spec is None:

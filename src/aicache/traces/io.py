@@ -21,6 +21,7 @@ import csv
 import json
 import os
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from aicache.errors import BadInput
 from aicache.traces import FORMATS
@@ -144,9 +145,12 @@ def open_trace(path: str | os.PathLike[str], fmt: str = "auto", skip_bad: bool =
 def write_trace(path: str, fmt: str, data: Iterable[RequestBatch] | Iterable[KVRequest],
                 units: list[str] | None = None) -> int:
     """Write ``data`` in format ``fmt`` (batches for block formats, requests for KV ones)."""
-    writers = {
-        "block-csv": lambda: write_block_csv(path, data, units or []),  # type: ignore[arg-type]
-        "kv-jsonl": lambda: write_kv_jsonl(path, data),  # type: ignore[arg-type]
+    # the format says which of the two ``data`` holds (a block format batches, a KV one requests)
+    batches = cast("Iterable[RequestBatch]", data)
+    requests = cast("Iterable[KVRequest]", data)
+    writers: dict[str, Callable[[], int]] = {
+        "block-csv": lambda: write_block_csv(path, batches, units or []),
+        "kv-jsonl": lambda: write_kv_jsonl(path, requests),
         "lcs-csv": lambda: _lazy("lcs_csv", "write_lcs_csv")(path, data),
         "lcs-txt": lambda: _lazy("lcs_txt", "write_lcs_txt")(path, data),
         "oracle-general": lambda: _lazy("oracle_general", "write_oracle_general")(path, data),

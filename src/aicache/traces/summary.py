@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from aicache.errors import BadInput
-from aicache.sim.stackdist import stack_distances
+from aicache.traces.stackdist import stack_distances
 from aicache.traces.formats._common import TraceSource
 
 PERCENTILES = (50, 90, 99)

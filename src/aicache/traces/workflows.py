@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from aicache.errors import BadInput
 from aicache.traces.base import Phase
+from aicache.units import DEFAULT_BLOCK_SIZE
 
 GiB = 1 << 30
 KiB = 1 << 10
 MiB = 1 << 20
-BLOCK_SIZE = 4 * MiB  #: JuiceFS's default block size
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +79,6 @@ class WorkflowSpec:
     subdirs: int = 1
 
 
-def _ph(name: str, kind: str, compute_ms: float, **kw: float) -> PhaseSpec:
-    return PhaseSpec(name, kind, compute_ms, **kw)  # type: ignore[arg-type]
-
 
 #: The published workloads. File sizes follow the named datasets (ImageNet JPEGs ~110 KB, PDEBench HDF5
 #: shards, LAION image+caption pairs, C4 json shards ~300 MiB, Qwen2.5-3B's two safetensors
@@ -89,42 +87,42 @@ def _ph(name: str, kind: str, compute_ms: float, **kw: float) -> PhaseSpec:
 SPECS: dict[str, WorkflowSpec] = {
     "W1": WorkflowSpec(
         "W1", "ResNet-50 workflow", "imagenet", 1.395, 1.0, 110 * KiB, 0.45, "JPEG",
-        (_ph("data preparation", "sequential", 6.0),
-         _ph("training", "random", 4.0, passes=3),
-         _ph("hard-case mining", "skewed", 3.0, draws_per_item=1.5, hot_fraction=0.1, hot_share=0.8)),
+        (PhaseSpec("data preparation", "sequential", 6.0),
+         PhaseSpec("training", "random", 4.0, passes=3),
+         PhaseSpec("hard-case mining", "skewed", 3.0, draws_per_item=1.5, hot_fraction=0.1, hot_share=0.8)),
         workers=8, subdirs=100),
     "W2": WorkflowSpec(
         "W2", "Minimal-FNO workflow", "pdebench", 7.67, 4.0, 160 * MiB, 0.0, "hdf5",
-        (_ph("data preparation", "sequential", 30.0),
-         _ph("training", "random", 25.0, passes=4),
-         _ph("weighted sampling", "skewed", 25.0, draws_per_item=2.0, hot_fraction=0.15, hot_share=0.8)),
+        (PhaseSpec("data preparation", "sequential", 30.0),
+         PhaseSpec("training", "random", 25.0, passes=4),
+         PhaseSpec("weighted sampling", "skewed", 25.0, draws_per_item=2.0, hot_fraction=0.15, hot_share=0.8)),
         workers=4, item_is_block=True),
     "W3": WorkflowSpec(
         "W3", "Stable Diffusion 1.5 LoRA workflow", "laion", 3.87, 1.0, 390 * KiB, 0.5, "jpg",
-        (_ph("LoRA training", "random", 15.0, passes=3),
-         _ph("evaluation", "sequential", 8.0)),
+        (PhaseSpec("LoRA training", "random", 15.0, passes=3),
+         PhaseSpec("evaluation", "sequential", 8.0)),
         workers=8, subdirs=20),  # captions: one metadata.jsonl read at start (diffusers imagefolder)
     "T1": WorkflowSpec(
         "T1", "tokenization", "c4", 2.37, 2.0, 300 * MiB, 0.05, "json.gz",
-        (_ph("tokenization", "sequential", 60.0, passes=2),),
+        (PhaseSpec("tokenization", "sequential", 60.0, passes=2),),
         workers=4, item_is_block=True),
     "T2": WorkflowSpec(
         "T2", "weight loading", "qwen2.5-3b", 5.75, 4.0, int(2.875 * GiB), 0.0, "safetensors",
-        (_ph("weight loading", "sequential", 2.0, passes=3),),
+        (PhaseSpec("weight loading", "sequential", 2.0, passes=3),),
         workers=2, item_is_block=True),
     "T3": WorkflowSpec(
         "T3", "ViT fine-tuning", "coco2014", 6.09, 1.0, 160 * KiB, 0.4, "jpg",
-        (_ph("fine-tuning", "random", 4.0, passes=2),), workers=8, subdirs=40),
+        (PhaseSpec("fine-tuning", "random", 4.0, passes=2),), workers=8, subdirs=40),
     "T4": WorkflowSpec(
         "T4", "wav2vec2 fine-tuning", "speech-commands", 2.48, 1.0, 32 * KiB, 0.15, "wav",
-        (_ph("fine-tuning", "random", 3.0, passes=2),), workers=8, subdirs=35),
+        (PhaseSpec("fine-tuning", "random", 3.0, passes=2),), workers=8, subdirs=35),
     "T5": WorkflowSpec(
         "T5", "DLRM training", "criteo", 1.99, 1.0, 64 * MiB, 0.0, "bin",
-        (_ph("training", "skewed", 3.0, draws_per_item=40.0, hot_fraction=0.1, hot_share=0.85),),
+        (PhaseSpec("training", "skewed", 3.0, draws_per_item=40.0, hot_fraction=0.1, hot_share=0.85),),
         workers=8, item_is_block=True),
     "T6": WorkflowSpec(
         "T6", "RAG retrieval", "wikipedia", 3.04, 0.5, 24 * KiB, 0.6, "txt",
-        (_ph("retrieval", "skewed", 2.0, draws_per_item=0.8, hot_fraction=0.05, hot_share=0.8),),
+        (PhaseSpec("retrieval", "skewed", 2.0, draws_per_item=0.8, hot_fraction=0.05, hot_share=0.8),),
         workers=8, subdirs=200),
 }
 
@@ -233,7 +231,7 @@ def _file_sizes(spec: WorkflowSpec, total: int, rng: np.random.Generator) -> lis
     return out
 
 
-def build_dataset(spec: WorkflowSpec, scale: float, seed: int, block_size: int = BLOCK_SIZE) -> Dataset:
+def build_dataset(spec: WorkflowSpec, scale: float, seed: int, block_size: int = DEFAULT_BLOCK_SIZE) -> Dataset:
     """The dataset of ``spec`` at ``scale`` (no bytes are written)."""
     total = int(round(spec.dataset_gib * GiB * scale))
     rng = np.random.default_rng([seed, 1])
@@ -275,7 +273,8 @@ def _expand(order: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
     lens = ends[order] - starts[order]
     total = int(lens.sum())
     offs = np.repeat(np.cumsum(lens) - lens, lens)
-    return np.repeat(starts[order], lens) + (np.arange(total, dtype=np.int64) - offs)
+    ids: np.ndarray = np.repeat(starts[order], lens) + (np.arange(total, dtype=np.int64) - offs)
+    return ids
 
 
 def _phase_order(ph: PhaseSpec, n_items: int, rng: np.random.Generator) -> np.ndarray:
@@ -312,7 +311,7 @@ PLAN_BYTES_PER_FILE = 256
 PLAN_BYTES_PER_BLOCK = 32
 
 
-def plan_bytes(spec: WorkflowSpec, scale: float, block_size: int = BLOCK_SIZE) -> float:
+def plan_bytes(spec: WorkflowSpec, scale: float, block_size: int = DEFAULT_BLOCK_SIZE) -> float:
     """Memory that planning ``spec`` at ``scale`` needs (files and blocks are counted
     before anything is allocated)."""
     total = spec.dataset_gib * GiB * scale
@@ -328,7 +327,7 @@ def physical_memory() -> int | None:
         return None
 
 
-def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int = BLOCK_SIZE,
+def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  memory: int | None = None) -> None:
     """A positive finite scale whose plan fits in this machine's memory (``memory``:
     physical memory, by default read from the OS)."""
@@ -348,7 +347,7 @@ def _check_scale(scale: float, spec: WorkflowSpec | None = None, block_size: int
 
 
 def generate_workflow(name: str, scale: float = 1.0, seed: int = 0,
-                      block_size: int = BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
+                      block_size: int = DEFAULT_BLOCK_SIZE, *, variant: str | None = None) -> WorkflowTrace:
     """Generate workload ``name`` (W1..W3, T1..T6; optionally a :data:`VARIANTS` variant)
     as an in-memory block trace."""
     spec = _spec(name, variant)
@@ -401,7 +400,7 @@ class WorkflowStream:
     workers: int
     _starts: np.ndarray
     _ends: np.ndarray
-    _states: list[dict]  # bit-generator state at each phase's start
+    _states: list[Mapping[str, Any]]  # bit-generator state at each phase's start
 
     def __len__(self) -> int:
         return self.phases[-1].end if self.phases else 0
@@ -434,7 +433,7 @@ def _phase_orders(ph: PhaseSpec, n_items: int, rng: np.random.Generator) -> Iter
         yield _phase_order(ph, n_items, rng)
 
 
-def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int = BLOCK_SIZE, *,
+def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, *,
                   variant: str | None = None) -> WorkflowStream:
     """Workload ``name`` as a :class:`WorkflowStream` (for traces too large to hold)."""
     spec = _spec(name, variant)
@@ -445,7 +444,7 @@ def plan_workflow(name: str, scale: float = 1.0, seed: int = 0, block_size: int 
     blocks_per_pass = int(lens.sum())
     rng = np.random.default_rng([seed, 2])
     phases: list[PhaseRange] = []
-    states: list[dict] = []
+    states: list[Mapping[str, Any]] = []
     pos = 0
     for ph in spec.phases:
         states.append(rng.bit_generator.state)

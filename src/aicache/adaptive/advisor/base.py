@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 PATTERNS = ("sequential", "random", "skewed")
 
@@ -107,3 +107,8 @@ class Advisor(ABC):
 
     def close(self) -> None:
         """Release connections / files."""
+
+
+#: an advisor as the layers above hand it to a Chiron system: an instance, or a spec the
+#: advisor registry resolves (``statistical``, ``noisy:0.3``, ``replay:FILE``…)
+AdvisorSpec: TypeAlias = "Advisor | str"

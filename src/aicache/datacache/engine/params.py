@@ -10,8 +10,8 @@ from aicache.datacache.budget import DEFAULT_FREE_SPACE_RATIO
 from aicache.datacache.mapped import DEFAULT_MMAP_BYTES
 from aicache.datacache.store import DEFAULT_CACHE_MODE
 from aicache.errors import BadInput
+from aicache.units import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE  # re-exported: the engine's API
 
-DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 #: what a remote request without ``request_timeout_s`` is assumed to take at most, for the
 #: bound on waiting for another reader's fetch (:meth:`EngineParams.flight_wait_bound`)
 UNTIMED_REQUEST_S = 30.0

@@ -7,7 +7,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.datacache.engine import CacheEngine, EngineParams
 from aicache.datacache.fuse import highlevel, lowlevel_abi
@@ -17,6 +17,10 @@ from aicache.datacache.fuse.lowlevel import DEFAULT_TIMEOUT_S, LowLevelSession
 from aicache.datacache.fuse.ops import CacheFuse
 from aicache.datacache.shared import SharedTierSpec
 
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
+    from aicache.policies.system import DataCacheSystem
+
 log = logging.getLogger("aicache.fuse")
 
 #: the FUSE drivers :func:`mount` offers (``auto``: low-level where supported)
@@ -24,7 +28,8 @@ FUSE_APIS = ("auto", "lowlevel", "highlevel")
 
 
 def mount(target: Any, root: str, mountpoint: str, *, cache_dir: str, cache_size: int,
-          policy: Any = "chiron", advisor: Any = None, params: EngineParams | None = None,
+          policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
+          params: EngineParams | None = None,
           foreground: bool = True, metrics_port: int | None = None,
           record: Callable[[float, str, int, int], None] | None = None,
           kernel_cache: bool = False, readahead_kb: int | None = None,

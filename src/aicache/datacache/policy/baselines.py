@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from aicache.adaptive.unit import UnitMapper
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.errors import BadInput
 from aicache.policies import EVICTION, PREFETCH
 from aicache.policies.base import EvictionPolicy, NoPrefetch, PrefetchPolicy

@@ -1,6 +1,6 @@
 """The one driver of a data-cache system, shared by the simulator and the real engine.
 
-A :class:`~aicache.datacache.policy.system.DataCacheSystem` decides (what to prefetch, whether to
+A :class:`~aicache.policies.system.DataCacheSystem` decides (what to prefetch, whether to
 admit, what to evict); a :class:`SystemDriver` is the only caller of its ``on_*`` methods
 and keeps the bookkeeping every driver needs, once:
 
@@ -32,12 +32,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from aicache.datacache.policy.blockmap import BlockMap
 from aicache.datacache.policy.registry import make_system
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.store import BlockKey
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 K = TypeVar("K")
 _NONE: tuple[int, ...] = ()
@@ -354,7 +357,7 @@ class SystemDriver(Generic[K]):
 
 
 def make_engine_system(policy: str | DataCacheSystem, capacity: int, block_size: int,
-                       advisor: object = None, seed: int = 0, **params: object) -> DataCacheSystem:
+                       advisor: AdvisorSpec | None = None, seed: int = 0, **params: object) -> DataCacheSystem:
     """A system for a real engine, by name (:func:`~aicache.datacache.policy.registry.make_system`:
     chiron, juicefs, ``lru+stride``, a bare eviction name…; ``params`` go to its factory,
     e.g. Chiron's ``gate_mode``) or as given. Chiron's advisor runs on its own thread in a

@@ -92,7 +92,7 @@ def _flat_u8(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-class SariaHiCacheStorage(HiCacheStorage):
+class SariaHiCacheStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped (Any)
     """A HiCache storage backend with SARIA admission over the SSD slab store (module
     docstring). Built by SGLang's ``dynamic`` loader as ``cls(storage_config, kwargs)``;
     configuration comes from ``storage_config.extra_config`` (then ``kwargs``): ``root_dir``

@@ -117,8 +117,9 @@ class CPUCopyTieringSpec(TieringOffloadingSpec):
                 kv_bytes_per_chunk=self.kv_bytes_per_chunk,
                 cpu_page_size=self.cpu_page_size_per_worker)
             try:
-                self._worker = CPUCopyWorker(kv_caches, self.blocks_per_chunk, region)  # type: ignore[assignment]
+                self._worker = CPUCopyWorker(  # type: ignore[assignment]  # vLLM declares its GPU worker's type
+                    kv_caches, self.blocks_per_chunk, region)
             except Exception:
                 region.cleanup()
                 raise
-        return self._worker  # type: ignore[return-value]
+        return self._worker  # type: ignore[return-value]  # as above: vLLM's narrower declaration

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order_request_keys
@@ -165,10 +165,10 @@ class AicacheHostPolicy(CachePolicy):
         chunks = self._chunks
         victims: list[OffloadKey] = []
         for node in self._order.candidates(self._clock()):
-            key = node.key
-            if key in protected or chunks[key][1].ref_cnt != 0:  # type: ignore[index]
+            key = cast(OffloadKey, node.key)  # the nodes this policy inserts carry vLLM's keys
+            if key in protected or chunks[key][1].ref_cnt != 0:
                 continue
-            victims.append(key)  # type: ignore[arg-type]
+            victims.append(key)
             if len(victims) == n:
                 break
         if len(victims) < n:

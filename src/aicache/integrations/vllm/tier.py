@@ -348,7 +348,7 @@ class SariaSSDTier(SecondaryTierManager):
     def metrics(self) -> dict[str, float | int | str | None]:
         """Counters as a JSON-able dict: bytes written, admissions declined, lifetime."""
         m = self.m
-        out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}  # type: ignore[attr-defined]
+        out: dict[str, float | int | str | None] = {k: getattr(m, k) for k in m.__slots__}
         out["admission"] = self.admission.label
         out.update(self._chunks.ssd_metrics(self._clock() - self._t0))
         b = self.write_budget

@@ -23,10 +23,12 @@ def build_tiny_llama(directory: Path, *, hidden: int = 256, layers: int = 2,
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
                       num_hidden_layers=layers, num_attention_heads=hidden // 64,
                       num_key_value_heads=2, max_position_embeddings=2048,
-                      torch_dtype="bfloat16")  # type: ignore[call-arg]
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)  # type: ignore[arg-type]
+                      torch_dtype="bfloat16")  # type: ignore[call-arg]  # transformers: a **kwargs field
+    model = LlamaForCausalLM(cfg)  # type: ignore[no-untyped-call]  # transformers: __init__ unannotated
+    model.to(torch.bfloat16).save_pretrained(out)  # type: ignore[arg-type]  # transformers: `to` typed for devices
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
-                            eos_token="t2").save_pretrained(out)
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: __init__ unannotated
+        tokenizer_object=tok, unk_token="t0", bos_token="t1", eos_token="t2")
+    fast.save_pretrained(out)
     return out

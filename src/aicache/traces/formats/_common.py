@@ -72,7 +72,7 @@ def open_binary(path: str) -> BinaryIO:
     except OSError as exc:
         raise BadInput(f"cannot read trace {path!r}: {exc.strerror or exc}; check the path") from None
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]  # typeshed: not a BinaryIO
     if kind == "zstd":
         try:
             import zstandard

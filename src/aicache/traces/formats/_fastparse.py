@@ -1,6 +1,3 @@
-# mypy: ignore-errors
-# (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
-# typed seam is aicache.traces.formats._textchunks, which calls these functions.)
 """Byte-level parsers of the clean text traces — one id per line (``lcs-txt``) and comma
 columns of plain numbers (``lcs-csv``) — and of oracle-general records, written into
 typed arrays.

@@ -12,7 +12,7 @@ a trace cut mid-conversation still groups its turns). That needs one int per req
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from aicache.errors import BadInput
 from aicache.traces.base import KVRequest
@@ -76,7 +76,8 @@ def write_bailian(path: str, requests: Iterable[KVRequest]) -> int:
             if r.block_tokens != BLOCK_TOKENS:
                 raise BadInput(f"cannot write {path!r} as bailian: its blocks are {BLOCK_TOKENS} "
                                f"tokens, this trace's are {r.block_tokens}; use kv-jsonl")
-            chat = r.extra.get("chat_id", i)
+            # a bailian source stores its chat ids as ints; another source may name them by string
+            chat = cast("int | str", r.extra.get("chat_id", i))
             if r.parent_chat_id is not None:
                 parent = int(r.parent_chat_id)
             elif r.session_id is not None and r.session_id in last:
@@ -85,7 +86,7 @@ def write_bailian(path: str, requests: Iterable[KVRequest]) -> int:
                 parent = -1
             turn = r.turn
             if r.session_id is not None:
-                last[r.session_id] = int(chat)  # type: ignore[call-overload]
+                last[r.session_id] = int(chat)
                 turns[r.session_id] = turns.get(r.session_id, 0) + 1
                 if turn is None:
                     turn = turns[r.session_id]

@@ -161,22 +161,22 @@ def _mapped(col: list[str], table: dict[str, int]) -> list[int]:
     return list(map(m.__getitem__, col))
 
 
-def _phase_label(p: object) -> str:
+def _phase_label(p: str | int) -> str:
     """The label written for a phase given as a label or a :class:`Phase` code; an unknown
     label is a ValueError here rather than an unreadable trace later."""
     if isinstance(p, str):
         if p.strip().lower() not in _PHASES:
             raise ValueError(f"unknown phase {p!r}; use one of sequential, random, skewed or ''")
         return p
-    return _PHASE_LABEL.get(int(p), "")  # type: ignore[call-overload]
+    return _PHASE_LABEL.get(int(p), "")
 
 
-def _op_label(o: object) -> str:
+def _op_label(o: str | int) -> str:
     if isinstance(o, str):
         if o.strip().lower() not in _OPS:
             raise ValueError(f"unknown op {o!r}; use read, write or ''")
         return o
-    return _OP_LABEL.get(int(o), "")  # type: ignore[call-overload]
+    return _OP_LABEL.get(int(o), "")
 
 
 class BlockCsvWriter:

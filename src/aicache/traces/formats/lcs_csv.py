@@ -257,7 +257,7 @@ def _prepend(item: tuple[int, list[str]],
 def write_lcs_csv(path: str, batches: Iterable[RequestBatch]) -> int:
     """Write ``timestamp,obj_id,obj_size[,next_access_vtime]`` with a header line (the next
     column only when every batch carries it)."""
-    bl = batches if isinstance(batches, list) else list(batches)
+    bl: list[RequestBatch] = batches if isinstance(batches, list) else list(batches)
     with_next = bool(bl) and all(b.next_access_vtime is not None for b in bl)
     n = 0
     try:
@@ -269,8 +269,8 @@ def write_lcs_csv(path: str, batches: Iterable[RequestBatch]) -> int:
         w.writerow(("timestamp", "obj_id", "obj_size") + (("next_access_vtime",) if with_next else ()))
         for b in bl:
             cols = [[fmt_time(t) for t in b.timestamp.tolist()], b.obj_id.tolist(), b.obj_size.tolist()]
-            if with_next:
-                cols.append(b.next_access_vtime.tolist())  # type: ignore[union-attr]
+            if with_next and b.next_access_vtime is not None:  # with_next: never None here
+                cols.append(b.next_access_vtime.tolist())
             w.writerows(zip(*cols))
             n += len(b)
     return n

@@ -1,6 +1,3 @@
-# mypy: ignore-errors
-# (Cython's pure-Python mode: the annotations are C types that mypy cannot read; the
-# typed callers are aicache.sim.mrc and aicache.traces.summary.)
 """LRU stack distances in one pass (Mattson et al.'s inclusion property, Bennett-Kruskal
 counting with a Fenwick tree): O(n log n) for n requests, whatever the number of sizes.
 
@@ -26,7 +23,7 @@ from array import array
 try:
     import cython
 except ImportError:  # uncompiled without Cython installed: the same code, run as Python
-    from aicache.policies import _cython_shim as cython  # type: ignore[no-redef]
+    from aicache.policies import _cython_shim as cython  # type: ignore[no-redef]  # (the same names)
 
 
 def slot_distances(ids: cython.int[::1], slots: cython.Py_ssize_t,
