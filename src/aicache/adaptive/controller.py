@@ -355,6 +355,9 @@ class ChironSystem(DataCacheSystem):
         self._flying: dict[int, int] = {}
         self._flying_bytes = 0
         self._unread_bytes = 0  # bytes of the blocks in ``unread``
+        #: bound what prefetches not read yet may take (``_within_share``): the ``ours``
+        #: executor set's rule, with or without the prefetch credit; the seed's set never
+        self._unread_share = p.executors == "ours"
         self._victim = -1  # the last block ``victim`` named, and its unit
         self._victim_unit: _Unit | None = None
         self._next_tick = float("-inf")
@@ -449,6 +452,8 @@ class ChironSystem(DataCacheSystem):
                                    self.capacity - self.used - self._flying_bytes)
         cr = u.credit
         if cr is None:
+            if out and self._unread_share:
+                out = self._within_share(out, size, u.executor.unread_share)
             return self._fly(out, size)
         if not hit:
             cr.missed(block)
@@ -470,7 +475,9 @@ class ChironSystem(DataCacheSystem):
                 # order, a hot set), so prefetch stays inside the file being read; so does
                 # a unit whose reads have not crossed files in order
                 out = [b for b in out if (f := file_of(b)) is None or f == unit]
-        return self._fly(cr.grant(self._within_share(out, size, u.executor.unread_share), self.sizes), size)
+        if self._unread_share:
+            out = self._within_share(out, size, u.executor.unread_share)
+        return self._fly(cr.grant(out, self.sizes), size)
 
     def _within_share(self, blocks: Sequence[int], size: int, share: float) -> Sequence[int]:
         """The part of ``blocks`` that keeps the prefetches not read yet (stored unread,
