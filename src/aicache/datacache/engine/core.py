@@ -81,7 +81,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
@@ -108,7 +108,7 @@ from aicache.datacache.policy.driver import (
     SystemDriver,
     make_engine_system,
 )
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.shared import SharedTier, SharedTierSpec
 from aicache.datacache.store import (
     ALLOC_UNIT,
@@ -120,6 +120,9 @@ from aicache.datacache.store import (
     open_store,
 )
 from aicache.datacache.version import VersionGone, scheme_for
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 log = logging.getLogger("aicache.datacache")
 
@@ -137,7 +140,7 @@ class CacheEngine:
     """
 
     def __init__(self, target: Any, cache_dir: str, cache_size: int, *,
-                 policy: str | DataCacheSystem = "chiron", advisor: Any = None,
+                 policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
                  params: EngineParams | None = None,
                  record: Callable[[float, str, int, int], None] | None = None,
                  root: str = "", daemon: DaemonMode | bool | str = False,
