@@ -288,3 +288,97 @@ def test_random_refusal_yields_to_reads_faster_than_an_epoch() -> None:
         assert admitted == (executors == "ours")
         if admitted:
             assert lru not in sys_.sizes and len(sys_.sizes) == 10
+
+
+def test_readers_of_their_own_files_do_not_read_ahead_into_another_file() -> None:
+    """Three readers, each front to back through its own file, interleaved: no prefetch
+    names a block outside the file being read (the file after one reader's is another
+    reader's, read already or being read), while a single reader crossing files in block
+    order does read ahead into the next file (above)."""
+    extents, file_of = _files(3, 12)
+    for pattern in (None, "sequential"):
+        sys_ = ChironSystem(8, params=ChironParams())  # smaller than the files: no fill
+        sys_.use_metadata(extents.get, file_of.get)
+        if pattern is not None:
+            sys_._switch(sys_._unit("d/f000", 0.0), pattern, 0.0)
+        asked = 0
+        for k in range(36):
+            b = (k % 3) * 12 + k // 3
+            out = sys_.on_access(file_of[b], b, 1, b in sys_.sizes, k * 0.01)
+            # (an id past the last file is no file's: the driver skips it)
+            assert all(file_of.get(x) in (None, file_of[b]) for x in out), (pattern, b, list(out))
+            asked += sum(x in file_of for x in out)
+            for x in (b, *out):
+                if x not in sys_.sizes and sys_.admit(file_of[b], x, 1, sys_.used, k * 0.01):
+                    while sys_.used + 1 > 8:
+                        sys_.victim(k * 0.01)
+                    sys_.on_insert(file_of[b], x, 1, k * 0.01, x != b)
+        assert asked > 0, pattern  # it reads ahead, inside each file
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unread_prefetches_stay_within_the_share_the_eviction_protects(seed: int) -> None:
+    """A driver whose prefetches land a few reads after they are granted (several in
+    flight at once), three streams filling and reading ahead in parallel under the default
+    executor: after every event, the prefetches granted and not read (in flight or stored
+    unread), counted by a brute-force ledger, take at most half the capacity, and the
+    controller's running byte counts equal the ledger's."""
+    rng = random.Random(seed)
+    extents, file_of = _files(6, 10)
+    cap = 16
+    sys_ = ChironSystem(cap, params=ChironParams())
+    sys_.use_metadata(extents.get, file_of.get)
+    flying: list[tuple[int, int]] = []  # (lands at step, block)
+    granted: set[int] = set()  # the ledger: granted, not yet read or gone
+    pos = {0: 0, 1: 20, 2: 40}
+    for step in range(400):
+        for t, x in [f for f in flying if f[0] <= step]:
+            flying.remove((t, x))
+            if x in sys_.sizes:
+                continue
+            if sys_.admit(file_of[x], x, 1, sys_.used, step):
+                while sys_.used + 1 > cap:
+                    v = sys_.victim(step)
+                    granted.discard(v)
+                sys_.on_insert(file_of[x], x, 1, step, True)
+            else:
+                granted.discard(x)
+        s = rng.randrange(3)
+        b = pos[s]
+        pos[s] = b + 1 if b + 1 < s * 20 + 20 else s * 20
+        hit = b in sys_.sizes
+        granted.discard(b)
+        out = sys_.on_access(file_of[b], b, 1, hit, step)
+        if not hit and all(f[1] != b for f in flying):
+            if sys_.admit(file_of[b], b, 1, sys_.used, step):
+                while sys_.used + 1 > cap:
+                    granted.discard(sys_.victim(step))
+                sys_.on_insert(file_of[b], b, 1, step, False)
+        for x in out:
+            if x in file_of and x not in sys_.sizes and all(f[1] != x for f in flying):
+                flying.append((step + rng.randrange(1, 4), x))
+                granted.add(x)
+        pending = {x for x in granted if x not in sys_.sizes} | (granted & sys_.unread)
+        assert len(pending) <= cap // 2, (step, sorted(pending))
+        assert sys_._unread_bytes == len(sys_.unread)
+        assert sys_._flying_bytes == len(sys_._flying)
+
+
+def test_unread_last_eviction_takes_read_blocks_first_up_to_half() -> None:
+    from aicache.policies import EVICTION
+
+    ev = EVICTION.get("2-random-unread-last")(10, rng=random.Random(1))
+    for k in range(4):
+        ev.on_insert(k, 1, float(k))  # read (demand) blocks 0..3
+    for k in range(4, 9):
+        ev.on_prefetch_insert(k, 1, float(k))  # unread prefetches 4..8: 5 of 10, half
+    assert {ev.victim(9.0) for _ in range(4)} == {0, 1, 2, 3}  # every read block first
+    gone = ev.victim(9.0)
+    assert gone in range(4, 9)  # then an unread one, no read one left
+    read = min(k for k in range(4, 9) if k != gone)
+    ev.on_hit(read, 1, 10.0)  # read: a candidate like any read block
+    for k in range(9, 15):
+        ev.on_prefetch_insert(k, 1, float(k))  # unread now 9 > half of 10
+    v = ev.victim(15.0)
+    assert v != read and v in range(4, 15)  # past half an unread one goes, not the read one
+    assert len(ev) == 9 and read in ev

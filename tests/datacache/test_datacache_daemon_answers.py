@@ -122,7 +122,7 @@ def test_a_bad_daemon_answer_is_counted_and_no_reader_fails_or_hangs(tmp_path: A
         eng.wait_prefetches()
         assert eng.policy.bad_answers >= 1, case
         assert eng.stats()["misses"] >= 1
-        assert not eng._inflight, "a flight was left unresolved"
+        assert eng.flights.pending() == 0, "a flight was left unresolved"
     finally:
         eng.close()
         daemon.stop()

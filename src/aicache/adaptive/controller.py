@@ -252,7 +252,8 @@ class _Unit:
                  "shape", "round_start", "round_hits", "round_reads", "round_small", "round_reuse",
                  "counts", "last_access", "last_block", "reads", "streak", "streak_start",
                  "backoff", "open_anomaly", "anomaly_reads", "submitted_reads", "review_at_reads",
-                 "left_pattern", "switch_reads", "flaps", "index", "credit", "since")
+                 "left_pattern", "switch_reads", "flaps", "index", "credit", "since",
+                 "prev_file", "prev_bid", "crossing")
 
     def __init__(self, name: str, executor: Executor, window: int, scheduler: ReviewScheduler,
                  reflector: FeedbackReflector,
@@ -289,6 +290,12 @@ class _Unit:
         self.credit: PrefetchCredit | None = None
         #: when the unit's current executor took over (its creation, or its last switch)
         self.since = now
+        #: the file and block of the unit's previous read, and whether its latest change
+        #: of file went on in block order (the first block of a file right after the last
+        #: of the one before it): only then may a read ahead go past the file being read
+        self.prev_file = ""
+        self.prev_bid = -(1 << 62)
+        self.crossing = False
 
 
 def _resolve_advisor(advisor: Advisor | str, seed: int) -> Advisor:
@@ -338,6 +345,19 @@ class ChironSystem(DataCacheSystem):
         #: prefetched blocks not read yet: only so that a switch hands them to the new
         #: executor as unread (used/wasted feedback comes from the driver's ledger)
         self.unread: set[int] = set()
+        #: prefetches granted and not yet inserted (in flight) -> bytes they will take.
+        #: Fill asks for *free* space; free space is what neither stored blocks nor
+        #: fetches already granted will take, so that several streams filling at once
+        #: ask for it once between them, not once each (the overflow would evict their
+        #: own unread prefetches). An entry leaves on insert, refusal, removal or a
+        #: demand read of its block; one the driver dropped stays until its block is
+        #: read, which only makes fill more cautious.
+        self._flying: dict[int, int] = {}
+        self._flying_bytes = 0
+        self._unread_bytes = 0  # bytes of the blocks in ``unread``
+        #: bound what prefetches not read yet may take (``_within_share``): the ``ours``
+        #: executor set's rule, with or without the prefetch credit; the seed's set never
+        self._unread_share = p.executors == "ours"
         self._victim = -1  # the last block ``victim`` named, and its unit
         self._victim_unit: _Unit | None = None
         self._next_tick = float("-inf")
@@ -408,6 +428,10 @@ class ChironSystem(DataCacheSystem):
             u.last_block = block
             if step and -SMALL_STEP <= step <= SMALL_STEP:
                 u.round_small += 1
+        if unit != u.prev_file:
+            u.crossing = block == u.prev_bid + 1
+            u.prev_file = unit
+        u.prev_bid = block
         w.append(block)
         u.reads += 1
         u.round_reads += 1
@@ -420,28 +444,88 @@ class ChironSystem(DataCacheSystem):
             u.scheduler.next_at = min(u.scheduler.next_at, now)
             self._wake_at(u, now)
         if hit:
-            self.unread.discard(block)
-        out = u.executor.on_access(u.name, block, size, hit, now, unit, self.capacity - self.used)
+            self._was_read(block)
+        flying = self._flying
+        if flying:
+            self._land(block)
+        out = u.executor.on_access(u.name, block, size, hit, now, unit,
+                                   self.capacity - self.used - self._flying_bytes)
         cr = u.credit
         if cr is None:
-            return out
+            if out and self._unread_share:
+                out = self._within_share(out, size, u.executor.unread_share)
+            return self._fly(out, size)
         if not hit:
             cr.missed(block)
         if not out:
             return out
         file_of = self._file_of
         if file_of is not None:
-            if u.pattern is None or u.pattern == "sequential":  # reads ahead inside its
-                # unit: past the last file of a dataset folder come another folder's files,
-                # which its pattern says nothing about (undiagnosed: the credit bounds it)
+            if (u.pattern is None or u.pattern == "sequential") and u.crossing:
+                # reads ahead inside its unit: past the last file of a dataset folder come
+                # another folder's files, which its pattern says nothing about (undiagnosed:
+                # the credit bounds it). Only while its reads cross files in block order:
+                # readers that each read their own file (parallel shards) do not read the
+                # next file after this one, another reader already has
                 units_of = self.units_of
                 name = u.name
                 out = [b for b in out if (f := file_of(b)) is None or units_of(f) == name]
             else:  # diagnosed random or skewed: the file after this one in block order is
                 # no likelier to be read than any other (files read whole in shuffled
-                # order, a hot set), so prefetch stays inside the file being read
+                # order, a hot set), so prefetch stays inside the file being read; so does
+                # a unit whose reads have not crossed files in order
                 out = [b for b in out if (f := file_of(b)) is None or f == unit]
-        return cr.grant(out, self.sizes)
+        if self._unread_share:
+            out = self._within_share(out, size, u.executor.unread_share)
+        return self._fly(cr.grant(out, self.sizes), size)
+
+    def _within_share(self, blocks: Sequence[int], size: int, share: float) -> Sequence[int]:
+        """The part of ``blocks`` that keeps the prefetches not read yet (stored unread,
+        in flight, of every unit) within ``share`` of the capacity: the share the
+        executor's eviction keeps from being evicted before read blocks
+        (:attr:`~aicache.adaptive.executors.Executor.unread_share`), so that a grant is
+        not a fetch made twice. Blocks already held or in flight pass. Free space is no
+        exception: concurrent streams' demand reads take it, and then evict."""
+        room = int(self.capacity * share) - self._unread_bytes - self._flying_bytes
+        flying, sizes = self._flying, self.sizes
+        out: list[int] | None = None
+        for i, b in enumerate(blocks):
+            if b in flying or b in sizes:
+                keep = True
+            elif room >= size:
+                room -= size
+                keep = True
+            else:
+                keep = False
+            if not keep and out is None:
+                out = list(blocks[:i])
+            elif keep and out is not None:
+                out.append(b)
+        return blocks if out is None else out
+
+    def _fly(self, blocks: Sequence[int], size: int) -> Sequence[int]:
+        """Charge ``blocks`` (granted prefetches) as in flight at ``size`` bytes each (the
+        size of the block read: its file's block size; a file's last block may be smaller,
+        so free space is under-, never over-stated)."""
+        if blocks:
+            flying, sizes = self._flying, self.sizes
+            for b in blocks:
+                if b not in flying and b not in sizes:
+                    flying[b] = size
+                    self._flying_bytes += size
+        return blocks
+
+    def _was_read(self, block: int) -> None:
+        """``block`` leaves ``unread`` (read, evicted or removed; call before ``sizes``
+        forgets it)."""
+        if block in self.unread:
+            self.unread.discard(block)
+            self._unread_bytes -= self.sizes[block]
+
+    def _land(self, block: int) -> None:
+        s = self._flying.pop(block, None)
+        if s is not None:
+            self._flying_bytes -= s
 
     def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
                      file_of: Callable[[int], str | None] | None = None) -> None:
@@ -490,9 +574,15 @@ class ChironSystem(DataCacheSystem):
             if any(o.last_access < since and not o.executor.rejects and len(o.executor.eviction)
                    for o in self.units.values()):
                 return True
-        return ex.admit(size, used, block, u.counts if self._track_counts else None)
+        if ex.admit(size, used, block, u.counts if self._track_counts else None):
+            return True
+        if self._flying:  # a refused prefetch takes no space
+            self._land(block)
+        return False
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
+        if self._flying:
+            self._land(block)
         u = self._unit(unit, now)
         if not u.executor.on_insert(block, size, now, prefetched):
             return False
@@ -501,6 +591,7 @@ class ChironSystem(DataCacheSystem):
         self.used += size
         if prefetched:
             self.unread.add(block)
+            self._unread_bytes += size
         return True
 
     def held(self) -> Collection[int]:
@@ -509,8 +600,8 @@ class ChironSystem(DataCacheSystem):
     def _forget(self, block: int, now: float) -> None:
         self._victim_unit = self.block_unit.pop(block)
         self._victim = block
+        self._was_read(block)
         self.used -= self.sizes.pop(block)
-        self.unread.discard(block)
 
     def victim(self, now: float) -> int:
         units = self.units.values()
@@ -538,6 +629,8 @@ class ChironSystem(DataCacheSystem):
         return b
 
     def on_remove(self, block: int) -> None:
+        if self._flying:
+            self._land(block)
         u = self.block_unit.get(block)
         if u is None:
             return
@@ -545,8 +638,8 @@ class ChironSystem(DataCacheSystem):
         if u.credit is not None:
             u.credit.lost(block)
         self.block_unit.pop(block)
+        self._was_read(block)
         self.used -= self.sizes.pop(block)
-        self.unread.discard(block)
 
     # -- control loop ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:

@@ -78,6 +78,12 @@ class Executor:
     #: True: while the cache has free space, a miss also fetches the rest of its file
     #: (see :meth:`on_access`)
     fills_free_space: ClassVar[bool] = True
+    #: the share of the capacity that prefetches not read yet (stored or in flight, all
+    #: units together) may take when this executor's unit asks for more: what its
+    #: eviction takes last. Past it a prefetch would displace another unread one, and a
+    #: block evicted unread is fetched twice. Eager eviction takes read blocks first
+    #: (1.0); the default's ``2-random-unread-last`` protects unread ones up to half.
+    unread_share: ClassVar[float] = 1.0
     #: with ``rejects_when_full``: another unit's consumed sequential blocks (eager
     #: candidates, which the controller evicts first), and the blocks of a unit not read
     #: since this executor took over, count as room, so a new block is admitted in their
@@ -228,7 +234,8 @@ class DefaultExecutor(Executor):
 
     pattern = "default"
     prefetch_name = "readahead"
-    eviction_name = "2-random"
+    eviction_name = "2-random-unread-last"
+    unread_share = 0.5
 
 
 class SeedSequentialExecutor(SequentialExecutor):
@@ -264,6 +271,7 @@ class SeedDefaultExecutor(DefaultExecutor):
     """JuiceFS's policy as the seed's default: readahead + 2-random, no fill."""
 
     fills_free_space = False
+    eviction_name = "2-random"
 
 
 EXECUTORS: Registry[type[Executor]] = Registry("executor")

@@ -92,7 +92,7 @@ from aicache.datacache.engine import (
     EngineParams,
     default_cache_dir,
 )
-from aicache.datacache.engine.sparse import ReadStream, streaming
+from aicache.datacache.engine.sparse import ReadStream
 from aicache.datacache.keys import FileMeta
 from aicache.datacache.shared import DEFAULT_TIMEOUT_S, SharedTierSpec
 from aicache.datacache.sharing import ENGINES, EngineSpec
@@ -428,6 +428,8 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
     def __init__(self, fs: AICacheFileSystem, path: str, meta: FileMeta) -> None:
         self.meta = meta
         self.engine = fs.engine
+        #: what this file reads its blocks through
+        self.reader = fs.engine.reader
         self._memo_idx = -1
         self._memo: bytes = b""
         self._memo_hit = False
@@ -451,32 +453,32 @@ class AICacheFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         return out
 
     def _fetch_range(self, start: int, end: int) -> bytes:
-        engine = self.engine
-        B = engine.block_size
+        reader = self.reader
+        B = reader.block_size
         if end <= start:
             return b""
-        self._stream.note(start, end, engine.page_size, self.meta.size)
+        self._stream.note(start, end, reader.page_size, self.meta.size)
         idx = start // B
         if (end - 1) // B != idx:  # spans blocks: let the engine assemble them
-            return engine.read_meta(self.meta, start, end - start, self._stream)
+            return reader.read_range(self.meta, start, end - start, self._stream)
         s, e = start - idx * B, end - idx * B
         if idx != self._memo_idx:
             whole = s == 0 and e >= min(B, self.meta.size - idx * B)
-            if not whole and engine.page_size:  # a sparse read of a block not held: its pages
-                got = engine.read_sparse(self.meta, start, end, self._stream)
+            if not whole and reader.page_size:  # a sparse read of a block not held: its pages
+                got = reader.read_sparse(self.meta, start, end, self._stream)
                 if got is not None:
                     return got
             # a reader that jumps is not read ahead for (its accesses are still told)
-            ahead = not engine.page_size or streaming(self._stream, engine.params.sparse_run)
+            ahead = reader.ahead(self._stream)
             if whole:
                 # a whole block (the sequential reader's 4 MiB read): not memoised, so that
                 # it is freed as soon as the caller drops it — keeping it alive made every
                 # next read allocate (and page-fault) a fresh 4 MiB buffer
-                return engine.read_block_hit(self.meta, idx, None, ahead)[0]
-            self._memo, self._memo_hit = engine.read_block_hit(self.meta, idx, e - s, ahead)
+                return reader.read_block(self.meta, idx, None, ahead)[0]
+            self._memo, self._memo_hit = reader.read_block(self.meta, idx, e - s, ahead)
             self._memo_idx = idx
         elif self._memo_hit:  # a later piece of a block held after a hit: its bytes count
-            self.engine.metrics.reads.count_bytes(min(e, len(self._memo)) - s)
+            reader.count_bytes(min(e, len(self._memo)) - s)
         blk = self._memo
         return blk if (s == 0 and e >= len(blk)) else blk[s:e]
 

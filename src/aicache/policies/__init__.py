@@ -20,6 +20,8 @@ EVICTION.register("fifo", f"{_E}.fifo:FIFO", "first in, first out")
 EVICTION.register("lfu", f"{_E}.lfu:LFU", "least frequently used (libCacheSim tie-breaking)")
 EVICTION.register("clock", f"{_E}.clock:Clock", "CLOCK (second chance)")
 EVICTION.register("2-random", f"{_E}.random2:TwoRandom", "JuiceFS: sample two, evict the older")
+EVICTION.register("2-random-unread-last", f"{_E}.random2:TwoRandomUnreadLast",
+                  "2-random over read blocks; unread prefetches only past half the capacity")
 EVICTION.register("arc", f"{_E}.arc:ARC", "adaptive replacement cache")
 EVICTION.register("lecar", f"{_E}.lecar:LeCaR", "regret-minimising LRU/LFU mix")
 EVICTION.register("sieve", f"{_E}.sieve:Sieve", "SIEVE (NSDI'24)")

@@ -267,3 +267,39 @@ def test_readahead_stays_inside_its_dataset_folder(tmp_path: Path) -> None:
             eng.close()
         gets[name] = target.gets
     assert gets["chiron"] <= gets["lru"] == 24, gets
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_parallel_shard_readers_fetch_no_more_than_lru(tmp_path: Path, passes: int) -> None:
+    """Three readers, each reading its own multi-block shard front to back, their reads
+    interleaved (as threads of a data loader interleave), a cache of half the shards: the
+    default system fetches no more blocks and bytes than plain LRU. Without the bounds on
+    concurrent readahead it did not: the three streams' fills and readaheads together asked
+    for more than the cache holds and evicted each other's unread prefetches, and a stream
+    at its shard's end read ahead into the next shard, which another reader had read."""
+    rng = random.Random(13)
+    files = []
+    for i in range(3):
+        p = tmp_path / "shards" / f"{i:02d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(BLOCK * 8))
+        files.append((str(p), p.read_bytes()))
+    data = dict(files)
+    budget = block_budget(sum(len(d) + HEADER_SIZE for d in data.values()) // 2)
+    reads = [(path, off) for _ in range(passes) for off in range(0, BLOCK * 8, BLOCK)
+             for path, _ in files]  # round robin over the shards, one block per turn
+    out = {}
+    for policy in ("lru", "chiron"):
+        system: str | ChironSystem = policy if policy == "lru" else ChironSystem(budget, runner="virtual")
+        target = CountingLocal(skip_instance_cache=True)
+        clock = _Clock()
+        eng = CacheEngine(target, str(tmp_path / policy), budget, policy=system, clock=clock,
+                          params=EngineParams(block_size=BLOCK, sync_prefetch=True, stats_interval_s=0))
+        try:
+            for k, (path, off) in enumerate(reads):
+                clock.now = 0.01 * k
+                assert eng.read(path, off, BLOCK) == data[path][off:off + BLOCK]
+        finally:
+            eng.close()
+        out[policy] = (target.gets, target.bytes)
+    assert out["chiron"][0] <= out["lru"][0] and out["chiron"][1] <= out["lru"][1], out

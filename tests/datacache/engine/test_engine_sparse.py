@@ -348,7 +348,7 @@ def test_a_failed_page_fetch_resolves_its_flights_and_the_next_read_fetches_agai
         meta = e.stat(path)
         with pytest.raises(RemoteReadError):
             e.read_meta(meta, B + 100, 3 * P)
-        assert not e._inflight  # no reader will wait on a flight nobody fetches
+        assert e.flights.pending() == 0  # no reader will wait on a flight nobody fetches
         assert e.read_meta(meta, B + 100, 3 * P) == data[B + 100:B + 100 + 3 * P]
     finally:
         e.close()

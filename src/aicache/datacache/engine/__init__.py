@@ -1,11 +1,19 @@
-"""The data cache's engine: block-cached reads of a remote filesystem, one job per module.
+"""The data cache's engine: block-cached reads of a remote filesystem, a composition root
+over parts that own their state (each built with its collaborators, testable alone):
 
 * :mod:`.core` — :class:`CacheEngine`, the read path applying the SystemDriver's answers
-  (demand reads, admission and victims applied to the store, metrics, lifecycle);
-* :mod:`.meta` — the metadata cache (file size/version for reads, ``info``/``ls`` for FUSE);
-* :mod:`.blockmap` — stable block ids per file and the unit a file is reported under;
-* :mod:`.fetch` — single-flight fetches and the bounded prefetch pool;
-* :mod:`.remote` — the remote client: retries, timeouts, version-pinned fetches;
+  (demand reads, admission and victims applied to the store, write-behind, metrics,
+  lifecycle), wiring the parts below;
+* :mod:`.remote` — :class:`~.remote.RemoteClient`: every request to the target (retries,
+  timeouts, version-pinned ranges);
+* :mod:`.meta` — :class:`~.meta.MetadataCache`: file size/version for reads and the
+  target's ``info``/``ls``/``find`` for every front end (fsspec, FUSE);
+* :mod:`.blockmap` — :class:`~.blockmap.BlockLayout`: stable block ids per file and the
+  unit a file is reported under;
+* :mod:`.fetch` — :class:`~.fetch.Flights`: single-flight fetches and the prefetch pool;
+* :mod:`.sparse` — :class:`~.sparse.PageReader`: sparse reads by page;
+* :mod:`.reader` — :class:`~.reader.BlockReader`: what the front ends read through (is a
+  block local, its bytes);
 * :mod:`.params` — :class:`EngineParams` and :class:`DaemonMode`.
 """
 

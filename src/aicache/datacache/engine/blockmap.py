@@ -1,18 +1,22 @@
-"""The engine's use of the block map: stable block ids per file (directory or dataset-root
-listings registered with the policy) and the ``unit`` a file's blocks are reported under."""
+"""The engine's block layout (:class:`BlockLayout`): stable block ids per file (ranges
+registered with the policy's block map, in the order the metadata cache finds files) and
+the ``unit`` a file's blocks are reported under. It owns the id ranges and the per-file read
+records; the policy port is its only collaborator."""
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Sequence
 
-from aicache.datacache.engine.meta import file_meta
-from aicache.datacache.engine.params import EngineParams
-from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.policy.driver import PolicyPort, SystemDriver
-from aicache.datacache.version import VersionScheme
+from aicache.datacache.keys import BlockKey, FileMeta
+
+#: separates a version from the page size in a sparse page's key. A version is an ETag, a
+#: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
+#: holds an ASCII record separator, so a page key never equals a block key
+PAGE_TAG = "\x1epage"
+#: what a file's page id range is registered under in the block map (same reason)
+PAGES_SUFFIX = "\x1epages"
 
 
 class FileBlocks:
@@ -40,136 +44,84 @@ class FileBlocks:
         return k
 
 
-class BlockMapping:
-    """:class:`~aicache.datacache.engine.CacheEngine`'s block-map methods (a mixin: the
-    state lives on the engine, guarded by its ``_lock``)."""
+class BlockLayout:
+    """Block ids of files: ``register`` hands out ranges through ``policy`` (whose block
+    map is shared with the simulator's replay, or the daemon's), ``file_blocks`` gives the
+    record a read of one version of a file uses. ``root``: paths are reported to the
+    system relative to it (:meth:`unit_of`).
 
-    params: EngineParams
-    target: Any
-    versions: VersionScheme
-    policy: PolicyPort
-    block_size: int
-    _root: str
-    _clock: Callable[[], float]
-    _lock: threading.Lock
-    _meta: dict[str, tuple[FileMeta, float]]
-    _info: dict[str, tuple[dict[str, Any] | None, float]]
-    _listed: set[str]
-    #: folders one file of which was mapped without a listing
-    _seen_once: set[str]
-    _bases: dict[str, int]
-    _nblocks: dict[str, int]
-    _files: dict[str, FileBlocks]
-    _remote: Callable[..., Any]
+    Thread-safety: ranges are written under this part's lock; the read records are a
+    dict read (atomic) on the hot path, and a record is immutable but for its key memo."""
 
-    def _file_blocks(self, meta: FileMeta) -> FileBlocks:
-        """The read record of ``meta``'s file (registered with the policy first if new)."""
+    def __init__(self, policy: PolicyPort, block_size: int, root: str = "") -> None:
+        self.policy = policy
+        self.block_size = block_size
+        self._root = root.rstrip("/")
+        self._lock = threading.Lock()
+        self._bases: dict[str, int] = {}
+        self._nblocks: dict[str, int] = {}
+        self._files: dict[str, FileBlocks] = {}
+        #: path → (first id, count) of its sparse pages' range
+        self._page_ids: dict[str, tuple[int, int]] = {}
+
+    def register(self, files: Sequence[tuple[str, int]]) -> None:
+        """Give ``files`` (path, size) their block ranges in the policy's block map."""
+        if files:
+            got = self.policy.register(files)
+            with self._lock:
+                for path, (base, n) in got.items():
+                    self._bases[path] = base
+                    self._nblocks[path] = n
+
+    def register_file(self, path: str, nblocks: int, size: int) -> None:
+        """A range for ``path`` unless it has one of ``nblocks`` blocks or more (a new
+        file, or one that grew)."""
+        if self._bases.get(path) is None or self._nblocks.get(path, 0) < nblocks:
+            self.register([(path, size)])
+
+    def file_blocks(self, meta: FileMeta) -> FileBlocks:
+        """The read record of ``meta``'s file (registered alone first if it has no range:
+        files found by the metadata cache have one already)."""
         fb = self._files.get(meta.path)
+        if fb is not None and fb.meta is meta:  # the hot path: this metadata's record
+            return fb
         if fb is not None and fb.meta == meta:  # a re-stat of an unchanged file
             fb.meta = meta  # the next read of this metadata takes the ``is`` test
             return fb
         base = self._bases.get(meta.path)
         if base is None:
-            self._ensure_mapped(meta)
+            self.register_file(meta.path, max(1, -(-meta.size // self.block_size)), meta.size)
             base = self._bases[meta.path]
         fb = FileBlocks(meta, base, self.unit_of(meta.path))
         self._files[meta.path] = fb  # one per path: bounded like ``_bases``
         return fb
 
-    def _ensure_mapped(self, meta: FileMeta) -> None:
-        """Give ``meta``'s file its block range. The first file read in a folder is
-        registered alone (its stat was a HEAD, which pins an S3 VersionId, and a job that
-        reads one file pays no listing); the second lists the folder once (its entries then
-        answer the stats of the rest, sorted ids following the first file's range)."""
-        parent = meta.path.rsplit("/", 1)[0] if "/" in meta.path else ""
-        if parent in self._listed or (self._root and self.params.list_root):
-            self._ensure_listed(meta.path)
-        else:
-            with self._lock:
-                first = parent not in self._seen_once
-                if first:
-                    if len(self._seen_once) >= 1 << 16:  # bounded: a cleared folder is listed
-                        self._seen_once.clear()
-                    self._seen_once.add(parent)
-            if not first:
-                self._ensure_listed(meta.path)
-        n = max(1, math.ceil(meta.size / self.block_size))
-        if self._bases.get(meta.path) is None or self._nblocks.get(meta.path, 0) < n:
-            base, have = self.policy.register([(meta.path, meta.size)])[meta.path]
-            self._bases[meta.path] = base
-            self._nblocks[meta.path] = have
-
-    def _ensure_listed(self, path: str) -> None:
-        """List ``path``'s folder (or the dataset root) once, registering its files' block
-        ranges and caching their metadata and ``info`` from the listing: the first read
-        in a folder pays one listing, and its other files need no HEAD (stat or FUSE
-        attributes) for the metadata TTL."""
-        parent = path.rsplit("/", 1)[0] if "/" in path else ""
-        if self._root and self.params.list_root and self._root not in self._listed \
-                and path.startswith(self._root + "/"):
-            self._map_root()
-        if parent not in self._listed:
-            asked = self._clock()  # the entries are no older than this
-            try:
-                self.target.invalidate_cache(parent or "/")
-                entries = self._remote(self.target.ls, parent or "/", detail=True)
-            except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
-                entries = []
-            files: list[tuple[str, int]] = []
-            with self._lock:
-                if parent not in self._listed:
-                    self._listed.add(parent)
-                    files = self._adopt_listing(((e.get("name", ""), e) for e in entries), asked)
-            self._register(files)
-
-    def _map_root(self) -> None:
-        """Register every file under the dataset root at once, sorted by path: a sorted
-        traversal of the dataset is then one stride, across folder boundaries too."""
-        asked = self._clock()  # the entries are no older than this
-        try:
-            self.target.invalidate_cache()  # a find may answer from any sub-folder's listing
-            found = self._remote(self.target.find, self._root, detail=True)
-        except Exception:  # noqa: BLE001 - a listing is an optimisation, not a need
-            found = {}
+    def page_base(self, meta: FileMeta, page_size: int) -> int:
+        """The first block id of ``meta``'s sparse pages of ``page_size`` (registered on
+        first use; anew when the file grew past its range)."""
+        n = max(1, -(-meta.size // page_size))
+        have = self._page_ids.get(meta.path)
+        if have is not None and have[1] >= n:
+            return have[0]
+        # the block map gives ceil(size / block_size) ids: ask for n blocks' worth
+        got = self.policy.register([(meta.path + PAGES_SUFFIX, n * self.block_size)])
+        base, count = got[meta.path + PAGES_SUFFIX]
         with self._lock:
-            if self._root in self._listed:
-                return
-            self._listed.add(self._root)
-            files = self._adopt_listing(found.items(), asked)
-            for name, _ in files:
-                self._listed.add(name.rsplit("/", 1)[0] if "/" in name else "")
-        self._register(files)
+            if len(self._page_ids) >= 1 << 16:
+                self._page_ids.clear()
+            self._page_ids[meta.path] = (base, count)
+        return base
 
-    def _adopt_listing(self, entries: Iterable[tuple[str, dict[str, Any]]],
-                       asked: float) -> list[tuple[str, int]]:
-        """Cache the metadata of the files among listing ``entries`` (name, detail) seen at
-        ``asked``, keeping fresher entries already cached; their (path, size). Caller holds
-        ``_lock``."""
-        files: list[tuple[str, int]] = []
-        for name, e in entries:
-            if e.get("type") != "file":
-                continue
-            name = self.target._strip_protocol(name)
-            try:
-                m = file_meta(self.versions, name, e)
-            except FileNotFoundError:  # gone since it was listed
-                continue
-            self._meta.setdefault(name, (m, asked))
-            old = self._info.get(name)
-            if old is None or old[1] < asked:
-                self._info[name] = (e, asked)
-            files.append((name, m.size))
-        return files
-
-    def _register(self, files: list[tuple[str, int]]) -> None:
-        """Give ``files`` (path, size) their block ranges in the policy's block map."""
-        if files:
-            for path, (base, n) in self.policy.register(files).items():
-                self._bases[path] = base
-                self._nblocks[path] = n
+    def id_of(self, key: BlockKey) -> int | None:
+        """The block id of a stored block or page ``key`` (None: its file has no range)."""
+        if PAGE_TAG in key.version:
+            have = self._page_ids.get(key.path)
+            return None if have is None else have[0] + key.index
+        base = self._bases.get(key.path)
+        return None if base is None else base + key.index
 
     def block_id(self, path: str, index: int) -> int:
-        """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""
+        """The stable global id of block ``index`` of ``path`` (after it was registered)."""
         return self._bases[path] + index
 
     def unit_of(self, path: str) -> str:
@@ -187,14 +139,14 @@ class BlockMapping:
             return rel if "/" in rel else "./" + rel
         return path
 
-    def _unit_of_block(self, bid: int) -> str | None:
+    def unit_of_block(self, bid: int) -> str | None:
         """The ``unit`` (:meth:`unit_of`) of the file block ``bid`` belongs to, from the
         local block map; None while no registered file holds it."""
         assert isinstance(self.policy, SystemDriver)
         loc = self.policy.map.locate(bid)
         return None if loc is None else self.unit_of(loc[0])
 
-    def _extent_of_unit(self, unit: str) -> tuple[int, int] | None:
+    def extent_of_unit(self, unit: str) -> tuple[int, int] | None:
         """The block range of the file :meth:`unit_of` named ``unit`` (its inverse), from the
         local block map; None while the file is not registered."""
         assert isinstance(self.policy, SystemDriver)

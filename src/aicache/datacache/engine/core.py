@@ -61,6 +61,15 @@ Threads and guarantees:
   :class:`~aicache.datacache.version.VersionGone` (ESTALE) and cache nothing.
 * The system's advisor runs in its own background thread (ChironSystem); the engine only
   calls ``tick``; a slow or broken advisor cannot slow reads.
+
+Parts: the engine is the composition root of parts that own their state and lock, each
+given its collaborators when it is built — :class:`~.remote.RemoteClient` (every request
+to the target), :class:`~.blockmap.BlockLayout` (block ids, units), :class:`~.meta.MetadataCache`
+(stats, ``info``/``ls``/``find`` for every front end; files found go to the layout),
+:class:`~.fetch.Flights` (single-flight table, prefetch pool), :class:`~.sparse.PageReader`
+(sparse pages) and :class:`~.reader.BlockReader` (what the fsspec files and the FUSE
+handles read through). The engine itself keeps the demand read path, admission and
+write-behind (under its own lock), metrics and the lifecycle.
 """
 
 from __future__ import annotations
@@ -70,18 +79,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from aicache.datacache.counters import PERSISTED, CounterFile
 from aicache.datacache.daemon import DaemonPolicy
-from aicache.datacache.engine.blockmap import BlockMapping, FileBlocks
-from aicache.datacache.engine.fetch import Fetcher, _Flight
+from aicache.datacache.engine.blockmap import BlockLayout, FileBlocks
+from aicache.datacache.engine.fetch import Flight, Flights, Offer
 from aicache.datacache.engine.meta import MetadataCache
 from aicache.datacache.engine.params import DaemonMode, EngineParams
+from aicache.datacache.engine.reader import BlockReader
 from aicache.datacache.engine.remote import RemoteClient, RemoteReadError
 from aicache.datacache.engine.sparse import (
-    PAGE_TAG,
     PageReader,
     ReadStream,
     check_page_size,
@@ -98,7 +108,7 @@ from aicache.datacache.policy.driver import (
     SystemDriver,
     make_engine_system,
 )
-from aicache.datacache.policy.system import DataCacheSystem
+from aicache.policies.system import DataCacheSystem
 from aicache.datacache.shared import SharedTier, SharedTierSpec
 from aicache.datacache.store import (
     ALLOC_UNIT,
@@ -109,12 +119,15 @@ from aicache.datacache.store import (
     UncachedStore,
     open_store,
 )
-from aicache.datacache.version import scheme_for
+from aicache.datacache.version import VersionGone, scheme_for
+
+if TYPE_CHECKING:
+    from aicache.adaptive.advisor.base import AdvisorSpec
 
 log = logging.getLogger("aicache.datacache")
 
 
-class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient):
+class CacheEngine:
     """Block-cached reads of ``target`` (any fsspec filesystem) into ``cache_dir``.
 
     ``policy``: a system name (``chiron``, ``juicefs``, ``alluxio``, ``lru+stride``, a bare
@@ -127,7 +140,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
     """
 
     def __init__(self, target: Any, cache_dir: str, cache_size: int, *,
-                 policy: str | DataCacheSystem = "chiron", advisor: Any = None,
+                 policy: str | DataCacheSystem = "chiron", advisor: AdvisorSpec | None = None,
                  params: EngineParams | None = None,
                  record: Callable[[float, str, int, int], None] | None = None,
                  root: str = "", daemon: DaemonMode | bool | str = False,
@@ -144,9 +157,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                                 mmap_bytes=p.mmap_bytes, cache_mode=p.cache_mode,
                                 free_space_ratio=p.free_space_ratio)
         self.block_size = p.block_size
-        #: the granule of sparse reads (0: off; see :mod:`aicache.datacache.engine.sparse`)
-        self.page_size = check_page_size(p.page_size, p.block_size)
-        self._page_ids: dict[str, tuple[int, int]] = {}
+        self._page_size = check_page_size(p.page_size, p.block_size)
         #: the run of each path's reads that name no stream (``cat_file`` ranges)
         self._path_streams: dict[str, ReadStream] = {}
         self.policy: PolicyPort
@@ -161,40 +172,41 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                 make_engine_system(policy, cache_size, p.block_size, advisor, p.seed),
                 p.block_size, capacity=self.store.block_capacity,
                 overhead=HEADER_SIZE, align=ALLOC_UNIT, extra=INDEX_ROW)
-            # file extents from the block map, as the simulator gives its block table
-            self.policy.system.use_metadata(self._extent_of_unit, self._unit_of_block)
         self.metrics = EngineMetrics(self._snapshot)
+        #: block ids and units of files (the policy's block map)
+        self.layout = BlockLayout(self.policy, p.block_size, self._root)
+        if isinstance(self.policy, SystemDriver):
+            # file extents from the block map, as the simulator gives its block table
+            self.policy.system.use_metadata(self.layout.extent_of_unit, self.layout.unit_of_block)
+        #: every request to the target: retries, timeouts, version-pinned ranges
+        self.remote = RemoteClient(target, self.versions, self.metrics, retries=p.retries,
+                                   backoff_s=p.backoff_s, request_timeout_s=p.request_timeout_s,
+                                   io_workers=max(4, 2 * p.max_prefetch))
+        #: fetches in flight and the prefetch pool (``sync_prefetch``: prefetches queued by
+        #: the current read, run before it returns)
+        self.flights = Flights(max_prefetch=p.max_prefetch,
+                               max_prefetch_bytes=p.max_prefetch_bytes, sync=p.sync_prefetch)
         #: the cache level under the local store, shared by the cluster's nodes (None: none)
         self.shared: SharedTier | None = (
             None if shared is None else SharedTier(shared, p.block_size, self.metrics))
+        self.pages = PageReader(self.store, self.flights, self.layout, self, self.metrics, p,
+                                page_size=self._page_size, join_pieces=self.shared is None)
+        #: stats, ``info``/``ls``/``find`` of the target, reused for ``metadata_ttl_s``
+        self.metadata = MetadataCache(self.remote, self.versions, self.layout,
+                                      ttl_s=p.metadata_ttl_s, block_size=p.block_size,
+                                      clock=clock, root=self._root, list_root=p.list_root,
+                                      first_pages=self.pages, page_size=self._page_size)
+        #: what the front ends (fsspec files, FUSE handles) read through
+        self.reader = BlockReader(self, self.store, self.layout, self.metrics, p,
+                                  page_size=self._page_size)
         self.store.on_corrupt = lambda key: self.metrics.corrupt_blocks.inc()
         self.store.on_misplaced = lambda key: self.metrics.misplaced_blocks.inc()
         self.store.on_evict = lambda: self.metrics.evictions.inc()
         self._record = record
         self._t0 = clock()
-        self._lock = threading.Lock()  # inflight table, metadata
-        self._inflight: dict[BlockKey, _Flight] = {}
+        self._lock = threading.Lock()  # write-behind state
         #: blocks being written to the store -> whether the policy evicted them meanwhile
         self._writing: dict[BlockKey, bool] = {}
-        self._prefetch_bytes = 0
-        self._prefetch_count = 0
-        self._meta: dict[str, tuple[FileMeta, float]] = {}
-        #: the target's ``info`` answers (None: no such path) and when they were asked
-        self._info: dict[str, tuple[dict[str, Any] | None, float]] = {}
-        self._listed: set[str] = set()
-        self._seen_once: set[str] = set()
-        self._mapping: dict[str, threading.Lock] = {}
-        self._target_since: dict[str, float] = {}
-        self._lists: dict[str, tuple[list[dict[str, Any]], float]] = {}
-        self._finds: dict[tuple[str, int | None, bool], tuple[dict[str, dict[str, Any]], float]] = {}
-        self._bases: dict[str, int] = {}
-        self._nblocks: dict[str, int] = {}
-        self._files: dict[str, FileBlocks] = {}
-        #: ``sync_prefetch``: prefetches queued by the current read, run before it returns
-        self._sync: list[tuple[FileMeta, int, int, BlockKey, _Flight]] | None = (
-            [] if p.sync_prefetch else None)
-        self._pool = cf.ThreadPoolExecutor(max_workers=max(1, p.max_prefetch),
-                                           thread_name_prefix="aicache-prefetch")
         #: write-behind: fetched blocks are written to the store here, off the reader's path
         #: (a block write with its index commit took ~2-7 ms, a quarter to a half of a
         #: 10 ms remote fetch); None in ``sync_prefetch`` mode, which must store in order,
@@ -205,10 +217,6 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aicache-store")
         self._write_bytes = 0  # bytes handed to the writer and not yet written
         self._write_count = 0
-        self._io_pool: cf.ThreadPoolExecutor | None = None
-        if p.request_timeout_s:
-            self._io_pool = cf.ThreadPoolExecutor(max_workers=max(4, 2 * p.max_prefetch),
-                                                  thread_name_prefix="aicache-io")
         self._enospc_warned = False
         self._policy_warned = False
         self._closed = False
@@ -230,12 +238,124 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         return self.policy.system if isinstance(self.policy, SystemDriver) else None
 
     @property
+    def page_size(self) -> int:
+        """The granule of sparse reads (0: off; see :mod:`aicache.datacache.engine.sparse`)."""
+        return self._page_size
+
+    @page_size.setter
+    def page_size(self, page: int) -> None:
+        self._page_size = self.pages.page_size = self.reader.page_size = page
+        self.metadata.page_size = page
+
+    @property
     def policy_name(self) -> str:
         return self.policy.name
 
     # -- time / snapshot ---------------------------------------------------------------------
     def _now(self) -> float:
         return self._clock() - self._t0
+
+    # -- the parts' public calls, as callers know them -----------------------------------------
+    def stat(self, path: str, first_page: bool = False) -> FileMeta:
+        """:meth:`MetadataCache.stat <.meta.MetadataCache.stat>`: size and version of ``path``
+        (``first_page``: an open, which may ask with a GET of the file's first page)."""
+        return self.metadata.stat(path, first_page)
+
+    def forget(self, path: str) -> None:
+        self.metadata.forget(path)
+
+    def stat_is_cached(self, path: str) -> bool:
+        return self.metadata.stat_is_cached(path)
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        return self.metadata.info(path)
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        return self.metadata.ls(path)
+
+    def find(self, path: str, maxdepth: int | None = None,
+             withdirs: bool = False) -> dict[str, dict[str, Any]]:
+        return self.metadata.find(path, maxdepth, withdirs)
+
+    def target_cache_since(self, path: str, subtree: bool = False) -> float:
+        return self.metadata.target_cache_since(path, subtree)
+
+    def forget_listings(self, path: str) -> None:
+        self.metadata.forget_listings(path)
+
+    def forget_info(self, path: str) -> None:
+        self.metadata.forget_info(path)
+
+    def info_is_cached(self, path: str) -> bool:
+        return self.metadata.info_is_cached(path)
+
+    def cached_info(self, path: str) -> dict[str, Any] | None:
+        return self.metadata.cached_info(path)
+
+    def block_id(self, path: str, index: int) -> int:
+        """The stable global id of block ``index`` of ``path`` (after :meth:`stat`)."""
+        return self.layout.block_id(path, index)
+
+    def unit_of(self, path: str) -> str:
+        return self.layout.unit_of(path)
+
+    def read_sparse(self, meta: FileMeta, start: int, end: int,
+                    stream: ReadStream | None) -> bytes | None:
+        """:meth:`PageReader.read_sparse <.sparse.PageReader.read_sparse>`."""
+        return self.pages.read_sparse(meta, start, end, stream)
+
+    # -- what the page reader hands back (:class:`~.sparse.PageSink`) ----------------------
+    def now(self) -> float:
+        """The engine's time (seconds since it started, by its clock)."""
+        return self._clock() - self._t0
+
+    def access(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
+               now: float) -> None:
+        """A demand read told to the system (and recorded); its prefetch answer is not
+        followed. A policy failure is counted, never raised."""
+        try:
+            self.policy.read(unit, bid, key, size, source, now)
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
+            self._policy_error(exc)
+        if self._record is not None:
+            self._record(now, unit, bid, size)
+
+    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight,
+             prefetched: bool = False) -> bool:
+        """A fetched page through admission and the store (:meth:`_insert`)."""
+        return self._insert(unit, bid, key, data, prefetched, flight)
+
+    def fetched_ahead(self, meta: FileMeta,
+                      spans: tuple[tuple[int, bytes], ...]) -> AbstractContextManager[None]:
+        """:meth:`RemoteClient.fetched_ahead <.remote.RemoteClient.fetched_ahead>`."""
+        return self.remote.fetched_ahead(meta, spans)
+
+    # -- fetches ------------------------------------------------------------------------------
+    def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``meta``'s version from the origin; a version gone
+        drops ``meta`` from the metadata cache, so that the next open asks for the current."""
+        try:
+            return self.remote.fetch_range(meta, start, end)
+        except VersionGone:
+            self.metadata.forget_version(meta)
+            raise
+
+    def _fetch(self, meta: FileMeta, idx: int) -> bytes:
+        """Block ``idx`` of ``meta`` from below the local store: the shared tier when it
+        holds an intact copy, else the origin (and the block is then offered to the shared
+        tier's writer, off this reader's path)."""
+        start = idx * self.block_size
+        end = min(meta.size, start + self.block_size)
+        shared = self.shared
+        if shared is None:
+            return self.fetch_range(meta, start, end)
+        key = self.layout.file_blocks(meta).key(idx)
+        data = shared.get(key, end - start)
+        if data is not None:
+            return data
+        data = self.fetch_range(meta, start, end)
+        shared.offer(key, data)
+        return data
 
     def _snapshot(self) -> dict[str, Any]:
         s: dict[str, Any] = {}
@@ -246,7 +366,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         s["used_bytes"] = self.store.used
         s["capacity_bytes"] = self.store.capacity
         s["blocks"] = s.get("resident_blocks", 0)
-        s["inflight_fetches"] = len(self._inflight)
+        s["inflight_fetches"] = self.flights.pending()
         m = self.store.mapped
         s["mapped_bytes"], s["mapped_blocks"] = m.mapped_bytes, len(m)
         s["mapped_stale_dropped"] = m.dropped_stale
@@ -276,14 +396,14 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             return b""
         B = self.block_size
         first, last = offset // B, (end - 1) // B
-        paged = self.page_size > 0
+        paged = self._page_size > 0
         if paged and stream is None:  # cat_file / read: the run of this path's such reads
             stream = self._path_streams.get(meta.path)
             if stream is None:
                 if len(self._path_streams) >= 1 << 14:  # bounded: a dropped run starts anew
                     self._path_streams.clear()
                 stream = self._path_streams[meta.path] = ReadStream()
-            stream.note(offset, end, self.page_size, size)
+            stream.note(offset, end, self._page_size, size)
         # a reader that jumps is not read ahead for: its blocks are still told to the
         # policy, but the prefetches it names are not made
         ahead = not paged or (stream is not None and streaming(stream, self.params.sparse_run))
@@ -296,8 +416,9 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             blk = self.read_block_hit(meta, first, e - s, ahead)[0]
             return blk if (s == 0 and e == len(blk)) else blk[s:e]
         parts: list[bytes | memoryview] = []
-        together = self.pieces_fetched_together(meta, offset, end, stream) if paged and not ahead \
-            else nullcontext()
+        together: AbstractContextManager[None] = (
+            self.pages.pieces_fetched_together(meta, offset, end, stream) if paged and not ahead
+            else nullcontext())
         with together:  # a reader that jumps: one GET for its adjacent missing pieces
             for i in range(first, last + 1):
                 s = max(offset, i * B) - i * B
@@ -331,9 +452,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         what the system allocates)."""
         clock = self._clock
         t0 = clock()
-        fb = self._files.get(meta.path)
-        if fb is None or fb.meta is not meta:
-            fb = self._file_blocks(meta)
+        fb = self.layout.file_blocks(meta)
         key = fb.keys.get(idx)
         if key is None:
             key = fb.key(idx)
@@ -348,8 +467,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
                 data, hit = self._read_missing(meta, idx, fb, key, served, ahead)
             finally:
                 self.metrics.reads.observe(clock() - t0)
-        if self._sync is not None:
-            self._run_sync_prefetches()
+        if self.flights.sync:
+            self.flights.run_queued()
         return data, hit
 
     def _read_missing(self, meta: FileMeta, idx: int, fb: FileBlocks, key: BlockKey,
@@ -365,22 +484,15 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         itself, uncached (the flight's owner still stores it)."""
         bid = fb.base + idx
         unit = fb.unit
-        with self._lock:
-            flight = self._inflight.get(key)
-            fresh = flight is None
-            if flight is None:
-                flight = _Flight(0, claimed=True)
-                self._inflight[key] = flight
-                leader = True
-            else:
-                leader = flight.claim()  # a queued prefetch not started yet: take it over
+        # leader: this read registered the flight, or took over a queued prefetch not started
+        flight, leader, fresh = self.flights.join(key)
         if fresh and self._writer is not None:
             # write-behind: the writer may have stored the block (and ended its flight)
             # between the caller's store lookup and this flight: read it, do not refetch
             stored = self.store.get(key)
             if stored is not None:
                 flight.future.set_result(stored)
-                self._end_flight(key, flight)
+                self.flights.end(key, flight)
                 self._local_hit(key, bid, unit, len(stored), self._now(), ahead)
                 self.metrics.reads.count_hit(len(stored) if served is None else served)
                 return stored, True
@@ -410,8 +522,8 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             if acc.prefetch and ahead:  # before our own fetch: both go to the remote together
                 self._prefetch(acc.prefetch)
         except BaseException as exc:
-            if leader:
-                self._abandon(key, flight, exc)
+            if leader:  # fail it: its waiters fetch themselves
+                self.flights.fail(key, flight, RemoteReadError(5, f"read of {key.path} failed: {exc}"))
             raise
         if data is not None:
             if acc.hit:
@@ -424,18 +536,9 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             log.debug("fetch of %s in flight past its bound; reading it uncached", key)
             return self._fetch(meta, idx), False
         if not leader:  # the prefetch we waited on failed: fetch it ourselves
-            with self._lock:
-                flight = _Flight(0, claimed=True)
-                self._inflight[key] = flight
-        return self._fetch_and_store(meta, idx, bid, unit, key, flight, prefetched=False), False
-
-    def _abandon(self, key: BlockKey, flight: _Flight, exc: BaseException) -> None:
-        """Fail a flight this reader registered and will not fetch (its waiters fetch)."""
-        if not flight.future.done():
-            flight.future.set_exception(RemoteReadError(5, f"read of {key.path} failed: {exc}"))
-        with self._lock:
-            if self._inflight.get(key) is flight:
-                del self._inflight[key]
+            flight = self.flights.restart(key)
+        return self.flights.lead(key, flight, partial(self._fetch, meta, idx),
+                                 partial(self._keep, unit, bid, key, False)), False
 
     def _prefetch(self, blocks: Sequence[int]) -> None:
         """Schedule the prefetches the system asked for; a failure (a bad block id from the
@@ -445,24 +548,47 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         except Exception as exc:  # noqa: BLE001 - a prefetch is advice
             self._policy_error(exc)
 
-    def claim_range_hit(self, meta: FileMeta, idx: int, served: int | None = None) -> BlockKey | None:
-        """Account a demand read of block ``idx`` *before* reading it, when the store
-        can serve its ranges (a verified local block): returns its key, and the caller
-        then reads pieces with ``store.get_range`` (or ``get_range_into``, ``range_fd``);
-        None (nothing accounted) when the block must be read whole with :meth:`read_block`
-        (fetched, or verified)."""
-        fb = self._files.get(meta.path)
-        if fb is None or fb.meta is not meta:
-            fb = self._file_blocks(meta)
-        key = fb.key(idx)
-        if not self.store.serves_ranges(key):
-            return None
+    def _schedule(self, blocks: Sequence[int]) -> None:
+        """Offer prefetches of ``blocks`` (the non-resident blocks the policy named) to the
+        pool: blocks of files this engine has metadata of, not stored already."""
+        B = self.block_size
+        for bid in blocks:
+            loc = self.policy.locate(bid)
+            if loc is None:
+                continue
+            path, idx = loc
+            meta = self.metadata.known(path)
+            if meta is None or idx * B >= max(1, meta.size):
+                continue
+            fb = self.layout.file_blocks(meta)
+            key = fb.key(idx)  # the key its demand reads will use
+            if self.store.contains(key):
+                continue  # stored by another process (or an earlier run): nothing to fetch
+            got = self.flights.prefetch(key, min(B, meta.size - idx * B),
+                                        partial(self._fetch, meta, idx),
+                                        partial(self._keep, fb.unit, bid, key, True))
+            if got is Offer.ISSUED:
+                self.metrics.prefetch_issued.inc()
+            elif got is Offer.DROPPED:
+                self.metrics.prefetch_dropped.inc()  # each one, as the simulator counts
+            elif got is Offer.CLOSED:
+                return
+
+    def wait_prefetches(self, timeout: float = 30.0) -> None:
+        """Block until no prefetch is in flight and every fetched block is written to the
+        store (tests, benchmarks)."""
+        self.flights.wait_idle(timeout, lambda: self._write_count == 0)
+
+    def claim_local(self, meta: FileMeta, idx: int, served: int | None = None) -> None:
+        """Account a demand read of block ``idx``, which the caller found local (a verified
+        block the store serves by range, :meth:`BlockReader.local`), *before* reading its
+        pieces by range."""
+        fb = self.layout.file_blocks(meta)
         size = min(self.block_size, meta.size - idx * self.block_size)
-        self._local_hit(key, fb.base + idx, fb.unit, size, self._now())
+        self._local_hit(fb.key(idx), fb.base + idx, fb.unit, size, self._now())
         self.metrics.reads.count_hit(size if served is None else served)
-        if self._sync is not None:
-            self._run_sync_prefetches()
-        return key
+        if self.flights.sync:
+            self.flights.run_queued()
 
     def _local_hit(self, key: BlockKey, bid: int, unit: str, size: int, now: float,
                    ahead: bool = True) -> None:
@@ -480,8 +606,13 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         if acc.prefetch and ahead:
             self._prefetch(acc.prefetch)
 
+    def _keep(self, unit: str, bid: int, key: BlockKey, prefetched: bool, data: bytes,
+              flight: Flight) -> bool:
+        """A fetched block (or page) of ``flight`` through :meth:`_insert`."""
+        return self._insert(unit, bid, key, data, prefetched, flight)
+
     def _insert(self, unit: str, bid: int, key: BlockKey, data: bytes, prefetched: bool,
-                flight: _Flight | None = None) -> bool:
+                flight: Flight | None = None) -> bool:
         """A fetched block: ask the policy once, then apply its answer to the store. True
         when the store write was handed to the writer (write-behind): it then ends
         ``flight`` once the block is written, so that until then readers of the block get
@@ -528,7 +659,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         return False
 
     def _write_behind(self, bid: int, key: BlockKey, data: bytes, evict: list[BlockKey],
-                      flight: _Flight) -> None:
+                      flight: Flight) -> None:
         """The writer's job: store a block a reader already has, then end its flight."""
         try:
             self._store_block(bid, key, data, evict)
@@ -539,7 +670,7 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             with self._lock:
                 self._write_bytes -= len(data)
                 self._write_count -= 1
-            self._end_flight(key, flight)
+            self.flights.end(key, flight)
 
     def _store_block(self, bid: int, key: BlockKey, data: bytes, evict: list[BlockKey]) -> None:
         """Write a block the policy admitted, dropping ``evict`` first (see :meth:`_put`)."""
@@ -557,10 +688,9 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
             self._lost(bid, key)
             return
         for k in put.dropped:  # the store's own oldest-first order, past the policy's victims
-            b = (self._page_ids.get(k.path, (None, 0))[0] if PAGE_TAG in k.version
-                 else self._bases.get(k.path))
+            b = self.layout.id_of(k)
             if b is not None:
-                self._lost(b + k.index, k)
+                self._lost(b, k)
         if not put.stored:
             self.metrics.rejected.inc()
             self._lost(bid, key)
@@ -610,11 +740,10 @@ class CacheEngine(MetadataCache, BlockMapping, Fetcher, PageReader, RemoteClient
         if self._closed:
             return
         self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.flights.close()
         if self._writer is not None:  # every block a reader got is written before the store closes
             self._writer.shutdown(wait=True)
-        if self._io_pool is not None:
-            self._io_pool.shutdown(wait=False, cancel_futures=True)
+        self.remote.close()
         if self.shared is not None:  # after the readers: what they fetched is queued by now
             self.shared.close()
         if self.counters is not None:

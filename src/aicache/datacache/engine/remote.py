@@ -1,118 +1,161 @@
-"""The engine's remote client: bounded retries with backoff, an optional per-request
-timeout, and fetches pinned to a file's version — from the shared tier when it holds the
-block (:mod:`aicache.datacache.shared`), else from the origin."""
+"""The engine's remote client (:class:`RemoteClient`): every request to the target goes
+through it, with bounded retries and backoff, an optional per-request timeout, and range
+reads pinned to a file's version. It owns no cache state: a version gone is raised
+(:class:`~aicache.datacache.version.VersionGone`) for the caller to act on."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
 
-from aicache.datacache.engine.blockmap import FileBlocks
-from aicache.datacache.engine.params import EngineParams
 from aicache.datacache.keys import FileMeta
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.shared import SharedTier
 from aicache.datacache.version import VersionGone, VersionScheme
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 #: ranges fetched ahead, one request each, for the read running in this thread
-#: (:meth:`~aicache.datacache.engine.sparse.PageReader.pieces_fetched_together`): a tuple
-#: of (engine, meta, start, bytes); a fetch of that read's pieces inside one is sliced from it
+#: (:meth:`RemoteClient.fetched_ahead`): a tuple of (client, meta, start, bytes); a fetch of
+#: that read's pieces inside one is sliced from it
 FETCHED_AHEAD = threading.local()
+
+#: errors that are answers, not failures: raised at once, never retried
+_ANSWERS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, VersionGone)
 
 
 class RemoteReadError(OSError):
     """A remote read failed after every retry (nothing was cached)."""
 
 
-
 class RemoteClient:
-    """:class:`~aicache.datacache.engine.CacheEngine`'s remote calls (a mixin: the state
-    lives on the engine)."""
+    """Requests to ``target`` (any fsspec filesystem) with ``retries`` retries after
+    ``backoff_s * 2**attempt`` (``sleep`` injected), each bounded by ``request_timeout_s``
+    when set (on a pool of its own, closed by :meth:`close`). A failure past the retries is
+    a :class:`RemoteReadError` (EIO); answers (a missing path, a version gone) are raised
+    as they are. ``metrics`` counts retries, errors, fetched bytes and versions gone."""
 
-    params: EngineParams
-    target: Any
-    versions: VersionScheme
-    metrics: EngineMetrics
-    block_size: int
-    _io_pool: cf.ThreadPoolExecutor | None
-    _lock: threading.Lock
-    _meta: dict[str, tuple[FileMeta, float]]
-    shared: SharedTier | None
-    _file_blocks: Callable[[FileMeta], FileBlocks]
+    def __init__(self, target: Any, versions: VersionScheme, metrics: EngineMetrics, *,
+                 retries: int = 3, backoff_s: float = 0.05,
+                 request_timeout_s: float | None = None, io_workers: int = 4,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.target = target
+        self.versions = versions
+        self.metrics = metrics
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.request_timeout_s = request_timeout_s
+        self._sleep = sleep
+        self._io_pool: cf.ThreadPoolExecutor | None = None
+        if request_timeout_s:
+            self._io_pool = cf.ThreadPoolExecutor(max_workers=max(1, io_workers),
+                                                  thread_name_prefix="aicache-io")
 
-    def _remote(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call the remote with bounded retries + exponential backoff (+ optional timeout)."""
-        p = self.params
+    def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` with the retries and timeout."""
         last: BaseException | None = None
-        for attempt in range(p.retries + 1):
+        for attempt in range(self.retries + 1):
             try:
                 if self._io_pool is not None:
                     fut = self._io_pool.submit(fn, *args, **kwargs)
                     try:
-                        return fut.result(timeout=p.request_timeout_s)
+                        return fut.result(timeout=self.request_timeout_s)
                     except cf.TimeoutError:
                         fut.cancel()
-                        raise TimeoutError(f"no answer within {p.request_timeout_s}s") from None
+                        raise TimeoutError(f"no answer within {self.request_timeout_s}s") from None
                 return fn(*args, **kwargs)
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
-                    VersionGone):
+            except _ANSWERS:
                 raise
             except Exception as exc:  # noqa: BLE001 - remote clients raise anything
                 last = exc
-                if attempt < p.retries:
+                if attempt < self.retries:
                     self.metrics.remote_retries.inc()
-                    time.sleep(p.backoff_s * (2 ** attempt))
+                    self._sleep(self.backoff_s * (2 ** attempt))
         self.metrics.remote_errors.inc()
         what = args[0] if args else ""
         raise RemoteReadError(5, f"remote {getattr(fn, '__name__', 'call')}({what!s}) failed after "
-                                 f"{p.retries + 1} attempts: {type(last).__name__}: {last}")
+                                 f"{self.retries + 1} attempts: {type(last).__name__}: {last}")
 
-    def _fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``meta``'s version from the origin (a block, or the
-        pages of a sparse read), through the retries; a version gone drops ``meta`` so that
-        the next open asks the remote for the current one. A range this thread's read
-        fetched ahead (:data:`FETCHED_AHEAD`) is sliced, not asked for again."""
+    # -- metadata (what :class:`~.meta.MetadataCache` asks) ----------------------------------
+    def strip(self, path: str) -> str:
+        """``path`` as the target names it (no protocol)."""
+        stripped: str = self.target._strip_protocol(path)
+        return stripped
+
+    def invalidate(self, path: str | None = None) -> None:
+        """Drop what the target's own listing cache holds about ``path`` (None: all of it)."""
+        self.target.invalidate_cache(path)
+
+    def info(self, path: str) -> dict[str, Any]:
+        info: dict[str, Any] = self.call(self.target.info, path)
+        return info
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.call(self.target.ls, path, detail=True)
+        return entries
+
+    def find(self, path: str, maxdepth: int | None = None,
+             withdirs: bool = False) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = self.call(
+            self.target.find, path, maxdepth=maxdepth, withdirs=withdirs, detail=True)
+        return found
+
+    def read_first(self, path: str, page: int) -> tuple[dict[str, Any], bytes] | None:
+        """``path``'s ``info`` and first ``page`` bytes from one request, where the target's
+        version scheme can (:meth:`~aicache.datacache.version.VersionScheme.read_first`);
+        None: it cannot (nothing was asked then), or the answer did not tell (ask ``info``)."""
+        if not page or not self.versions.reads_carry_info:
+            return None
+
+        def get_first_page(_what: str) -> tuple[dict[str, Any], bytes] | None:
+            return self.versions.read_first(self.target, path, page)
+
+        got = self.call(get_first_page, path)
+        if got is not None:
+            self.metrics.remote_bytes.inc(len(got[1]))
+        return got
+
+    # -- bytes --------------------------------------------------------------------------------
+    @contextmanager
+    def fetched_ahead(self, meta: FileMeta, spans: tuple[tuple[int, bytes], ...]) -> Iterator[None]:
+        """While inside: :meth:`fetch_range` of ``meta`` in this thread slices a range that
+        lies in one of ``spans`` (start, bytes: fetched ahead) instead of asking for it."""
+        FETCHED_AHEAD.spans = tuple((self, meta, s0, blob) for s0, blob in spans)
+        try:
+            yield
+        finally:
+            FETCHED_AHEAD.spans = ()
+
+    def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``meta``'s version (a block, or the pages of a sparse
+        read), through the retries; a short answer is retried, a version gone raised. A
+        range this thread's read fetched ahead (:meth:`fetched_ahead`) is sliced, not asked
+        for again."""
         spans: tuple[tuple[object, FileMeta, int, bytes], ...] = getattr(FETCHED_AHEAD, "spans", ())
         for owner, m, s0, blob in spans:
             if owner is self and m == meta and s0 <= start and end <= s0 + len(blob):
                 return blob[start - s0:end - s0]
 
         def get(_what: str) -> bytes:
-            data = self.versions.read(self.target, meta.path, meta.version, meta.pin, start, end)
+            data: bytes = self.versions.read(self.target, meta.path, meta.version, meta.pin,
+                                             start, end)
             if len(data) != end - start:
                 raise OSError(f"short read: {len(data)} of {end - start} bytes")
             return data
 
         get.__name__ = "cat_file"
         try:
-            data: bytes = self._remote(get, f"{meta.path}[{start}:{end}]")
+            data = self.call(get, f"{meta.path}[{start}:{end}]")
         except VersionGone:
             self.metrics.versions_gone.inc()
-            with self._lock:
-                if self._meta.get(meta.path, (None,))[0] == meta:
-                    del self._meta[meta.path]
             raise
         self.metrics.remote_bytes.inc(len(data))
         return data
 
-    def _fetch(self, meta: FileMeta, idx: int) -> bytes:
-        """Block ``idx`` of ``meta`` from below the local store: the shared tier when it
-        holds an intact copy, else the origin (and the block is then offered to the shared
-        tier's writer, off this reader's path)."""
-        shared = self.shared
-        if shared is None:
-            return self._fetch_origin(meta, idx)
-        key = self._file_blocks(meta).key(idx)
-        data = shared.get(key, min(self.block_size, meta.size - idx * self.block_size))
-        if data is not None:
-            return data
-        data = self._fetch_origin(meta, idx)
-        shared.offer(key, data)
-        return data
-
-    def _fetch_origin(self, meta: FileMeta, idx: int) -> bytes:
-        start = idx * self.block_size
-        return self._fetch_range(meta, start, min(meta.size, start + self.block_size))
+    def close(self) -> None:
+        if self._io_pool is not None:
+            self._io_pool.shutdown(wait=False, cancel_futures=True)

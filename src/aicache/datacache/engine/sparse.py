@@ -33,29 +33,22 @@ known under that name): sparse reads are not read ahead.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from aicache.datacache.engine.blockmap import FileBlocks
-from aicache.datacache.engine.fetch import _Flight
+from aicache.datacache.engine.blockmap import PAGE_TAG, PAGES_SUFFIX, BlockLayout, FileBlocks
+from aicache.datacache.engine.fetch import Flight, Flights
 from aicache.datacache.engine.params import EngineParams
-from aicache.datacache.engine.remote import FETCHED_AHEAD
-from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.metrics import EngineMetrics
-from aicache.datacache.policy.driver import PolicyPort, Source
-from aicache.datacache.shared import SharedTier
+from aicache.datacache.policy.driver import Source
+from aicache.datacache.keys import BlockKey, FileMeta
 from aicache.datacache.store import BlockStore
-from aicache.datacache.version import VersionScheme
 
-#: separates a version from the page size in a page's key. A version is an ETag, a
-#: generation, a VersionId or a decimal stat tuple (:mod:`aicache.datacache.version`): none
-#: holds an ASCII record separator, so a page key never equals a block key
-PAGE_TAG = "\x1epage"
-#: what a file's page id range is registered under in the block map (same reason)
-PAGES_SUFFIX = "\x1epages"
+__all__ = ["DENSE_SHARE", "PAGES_SUFFIX", "PAGE_TAG", "PageReader", "ReadStream", "check_page_size",
+           "dense", "fetch_span", "joined_runs", "page_range", "streaming"]
+
 #: a piece covering this share of its block is fetched as the whole block
 DENSE_SHARE = 0.8
 
@@ -144,30 +137,50 @@ def check_page_size(page: int, block_size: int) -> int:
     return page
 
 
-class PageReader:
-    """:class:`~aicache.datacache.engine.CacheEngine`'s sparse reads (a mixin: the state
-    lives on the engine; page id ranges in ``_page_ids``, guarded by its ``_lock``)."""
+class PageSink(Protocol):
+    """What a page reader hands back to the engine: each page read is a demand access
+    (told to the policy, recorded), each page fetched goes through admission and the
+    store, and fetches go to the remote (the engine's, which knows about versions gone)."""
 
-    params: EngineParams
-    policy: PolicyPort
-    store: BlockStore
-    metrics: EngineMetrics
-    block_size: int
-    page_size: int
-    shared: SharedTier | None
-    target: Any
-    versions: VersionScheme
-    _lock: threading.Lock
-    _inflight: dict[BlockKey, _Flight]
-    _page_ids: dict[str, tuple[int, int]]
-    _record: Callable[[float, str, int, int], None] | None
-    _now: Callable[[], float]
-    _file_blocks: Callable[[FileMeta], FileBlocks]
-    _fetch_range: Callable[[FileMeta, int, int], bytes]
-    _remote: Callable[..., Any]
-    _insert: Callable[..., bool]
-    _end_flight: Callable[[BlockKey, _Flight], None]
-    _policy_error: Callable[[Exception], None]
+    def now(self) -> float: ...
+
+    def access(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
+               now: float) -> None:
+        """A demand read told to the policy (its prefetch answer is not followed)."""
+
+    def keep(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight,
+             prefetched: bool = False) -> bool:
+        """A fetched page through admission and the store; True: ``flight`` ends later."""
+
+    def fetch_range(self, meta: FileMeta, start: int, end: int) -> bytes: ...
+
+    def fetched_ahead(self, meta: FileMeta,
+                      spans: tuple[tuple[int, bytes], ...]) -> AbstractContextManager[None]:
+        """While inside, this thread's :meth:`fetch_range` of ``meta`` slices ranges lying
+        in ``spans`` (start, bytes) instead of asking for them."""
+
+
+class PageReader:
+    """Sparse reads of ``page_size`` pages (see the module docstring): pages of the
+    ``store`` are read, missing ones fetched single-flight through ``flights`` (a wait on
+    another reader's is bounded by :meth:`EngineParams.flight_wait_bound`), their ids from
+    ``layout``; accesses, admission and fetches go through ``sink``. ``join_pieces``:
+    fetch the adjacent pieces of a read that jumps together (:meth:`pieces_fetched_together`;
+    off with a shared tier, whose blocks are read from there)."""
+
+    def __init__(self, store: BlockStore, flights: Flights, layout: BlockLayout, sink: PageSink,
+                 metrics: EngineMetrics, params: EngineParams, *, page_size: int,
+                 join_pieces: bool = True) -> None:
+        self.store = store
+        self.flights = flights
+        self.layout = layout
+        self.sink = sink
+        self.metrics = metrics
+        #: ``block_size``, ``sparse_run`` and the bound on waits read as they are now
+        self.params = params
+        self.block_size = params.block_size
+        self.page_size = page_size
+        self.join_pieces = join_pieces
 
     def read_sparse(self, meta: FileMeta, start: int, end: int,
                     stream: ReadStream | None) -> bytes | None:
@@ -181,9 +194,9 @@ class PageReader:
         b0 = idx * B
         if dense(start, end, b0, min(b0 + B, meta.size), stream, P, self.params.sparse_run):
             return None
-        fb = self._file_blocks(meta)
+        fb = self.layout.file_blocks(meta)
         key = fb.key(idx)
-        if key in self._inflight or self.store.contains(key):
+        if self.flights.busy(key) or self.store.contains(key):
             return None
         return self._read_pages(meta, fb, start, end)
 
@@ -195,109 +208,72 @@ class PageReader:
         a sparse piece, decided as :meth:`read_sparse` decides) are fetched with one GET per
         run of adjacent ones, not one each (a tensor that ends just past a block boundary:
         its block and the tail's pages together). The pieces' own fetches are then sliced
-        from those bytes in this thread (:data:`~.remote.FETCHED_AHEAD`); a piece whose
+        from those bytes in this thread (:meth:`PageSink.fetched_ahead`); a piece whose
         fetch turns out to lie outside them (another reader stored or fetched something
-        meanwhile) fetches as before. Not with a shared tier: a block it holds is read
-        from there."""
-        runs = [] if self.shared is not None else joined_runs(
-            self._piece_ranges(meta, start, end, stream))
+        meanwhile) fetches as before."""
+        runs = joined_runs(self._piece_ranges(meta, start, end, stream)) if self.join_pieces else []
         if not runs:
             yield
             return
-        FETCHED_AHEAD.spans = tuple((self, meta, s, self._fetch_range(meta, s, e)) for s, e in runs)
-        try:
+        spans = tuple((s, self.sink.fetch_range(meta, s, e)) for s, e in runs)
+        with self.sink.fetched_ahead(meta, spans):
             yield
-        finally:
-            FETCHED_AHEAD.spans = ()
 
     def _piece_ranges(self, meta: FileMeta, start: int, end: int,
                       stream: ReadStream | None) -> list[tuple[int, int]]:
         """The byte range each piece of the read ``[start, end)`` would fetch, in order
         (none for a piece held or being fetched)."""
         B, P = self.block_size, self.page_size
-        fb = self._file_blocks(meta)
+        fb = self.layout.file_blocks(meta)
+        busy, stored = self.flights.busy, self.store.contains
         out: list[tuple[int, int]] = []
         for i in range(start // B, (end - 1) // B + 1):
             b0, b1 = i * B, min((i + 1) * B, meta.size)
             s, e = max(start, b0), min(end, b1)
             key = fb.key(i)
-            if key in self._inflight or self.store.contains(key):
+            if busy(key) or stored(key):
                 continue
             if (s == b0 and e == b1) or dense(s, e, b0, b1, stream, P, self.params.sparse_run):
                 out.append((b0, b1))
                 continue
             first, last = page_range(s, e, P)
             held = frozenset(j for j in range(first, last + 1)
-                             if self._page_key(meta, j) in self._inflight
-                             or self.store.contains(self._page_key(meta, j)))
+                             if busy(self._page_key(meta, j)) or stored(self._page_key(meta, j)))
             span = fetch_span(first, last, held)
             if span is not None:
                 out.append((span[0] * P, min(meta.size, (span[1] + 1) * P)))
         return out
 
-    def _read_first_page(self, path: str) -> tuple[dict[str, Any], bytes] | None:
-        """``path``'s ``info`` and first page from one request, where the target's version
-        scheme can (:meth:`~aicache.datacache.version.VersionScheme.read_first`); None:
-        it cannot (nothing was asked then), or the answer did not tell (ask ``info``)."""
-        if not self.page_size or not self.versions.reads_carry_info:
-            return None
-        P = self.page_size
-
-        def get_first_page(_what: str) -> tuple[dict[str, Any], bytes] | None:
-            return self.versions.read_first(self.target, path, P)
-
-        got: tuple[dict[str, Any], bytes] | None = self._remote(get_first_page, path)
-        if got is not None:
-            self.metrics.remote_bytes.inc(len(got[1]))
-        return got
-
     def keep_first_page(self, meta: FileMeta, data: bytes) -> None:
         """Store ``data``, the first bytes of ``meta``'s version fetched with its metadata
-        by an open (:meth:`_read_first_page`), as a read of them would have: as block 0 when
-        it is the whole file, else as page 0. Admitted as a prefetch (no reader has asked
-        for it yet), single-flight as any fetch: until written, its bytes are served from
-        its flight. Nothing is stored when the store holds it already or it is short."""
+        by an open, as a read of them would have: as block 0 when it is the whole file,
+        else as page 0. Admitted as a prefetch (no reader has asked for it yet),
+        single-flight as any fetch: until written, its bytes are served from its flight.
+        Nothing is stored when the store holds it already or it is short."""
         P = self.page_size
         if not P or len(data) != min(P, meta.size):
             return
-        fb = self._file_blocks(meta)
+        fb = self.layout.file_blocks(meta)
         if meta.size <= P:
             key, bid = fb.key(0), fb.base
         else:
-            key, bid = self._page_key(meta, 0), self._page_base(meta)
+            key, bid = self._page_key(meta, 0), self.layout.page_base(meta, P)
         if self.store.contains(key):
             return
-        with self._lock:
-            if key in self._inflight:
-                return
-            flight = self._inflight[key] = _Flight(0, claimed=True)
+        flight = self.flights.register(key)
+        if flight is None:  # being fetched already
+            return
         flight.future.set_result(data)
         self.metrics.prefetch_issued.inc()
         deferred = False
         try:
-            deferred = self._insert(fb.unit, bid, key, data, True, flight)
+            deferred = self.sink.keep(fb.unit, bid, key, data, flight, True)
         finally:
             if not deferred:
-                self._end_flight(key, flight)
+                self.flights.end(key, flight)
 
     def _page_key(self, meta: FileMeta, j: int) -> BlockKey:
         return BlockKey(meta.path, f"{meta.version}{PAGE_TAG}{self.page_size}", j)
-
-    def _page_base(self, meta: FileMeta) -> int:
-        """The first block id of ``meta``'s pages (registered on first use; anew when the
-        file grew past its range)."""
-        n = max(1, -(-meta.size // self.page_size))
-        have = self._page_ids.get(meta.path)
-        if have is not None and have[1] >= n:
-            return have[0]
-        # the block map gives ceil(size / block_size) ids: ask for n blocks' worth
-        got = self.policy.register([(meta.path + PAGES_SUFFIX, n * self.block_size)])
-        base, count = got[meta.path + PAGES_SUFFIX]
-        with self._lock:
-            if len(self._page_ids) >= 1 << 16:
-                self._page_ids.clear()
-            self._page_ids[meta.path] = (base, count)
-        return base
 
     def _read_pages(self, meta: FileMeta, fb: FileBlocks, start: int, end: int) -> bytes:
         """The bytes ``[start, end)`` from their pages: stored ones read, missing ones
@@ -311,20 +287,17 @@ class PageReader:
             data = self.store.get(self._page_key(meta, j))
             if data is not None:
                 pages[j] = data
-        mine: dict[int, _Flight] = {}
-        theirs: dict[int, _Flight] = {}
+        mine: dict[int, Flight] = {}
+        theirs: dict[int, Flight] = {}
         if len(pages) <= last - first:
-            with self._lock:
-                for j in range(first, last + 1):
-                    if j in pages:
-                        continue
-                    k = self._page_key(meta, j)
-                    flight = self._inflight.get(k)
-                    if flight is None:
-                        flight = mine[j] = _Flight(0, claimed=True)
-                        self._inflight[k] = flight
-                    else:
-                        theirs[j] = flight
+            for j in range(first, last + 1):
+                if j in pages:
+                    continue
+                flight, leader, _ = self.flights.join(self._page_key(meta, j))
+                if leader:
+                    mine[j] = flight
+                else:
+                    theirs[j] = flight
         for j in list(mine):
             # write-behind: the writer may have stored the page (and ended its flight)
             # between the store lookup above and this flight: read it, do not refetch
@@ -334,17 +307,16 @@ class PageReader:
                 flight = mine.pop(j)
                 pages[j] = data
                 flight.future.set_result(data)
-                self._end_flight(k, flight)
+                self.flights.end(k, flight)
         if mine:
             span = fetch_span(min(mine), max(mine), frozenset(j for j in pages if j not in mine))
             assert span is not None
             lo, hi = span
             try:
-                blob = self._fetch_range(meta, lo * P, min(meta.size, (hi + 1) * P))
+                blob = self.sink.fetch_range(meta, lo * P, min(meta.size, (hi + 1) * P))
             except BaseException as exc:
                 for j, flight in mine.items():  # a flight always resolves
-                    flight.future.set_exception(exc)
-                    self._end_flight(self._page_key(meta, j), flight)
+                    self.flights.fail(self._page_key(meta, j), flight, exc)
                 raise
             for j, flight in mine.items():
                 pages[j] = blob[(j - lo) * P:(j - lo + 1) * P]
@@ -353,20 +325,16 @@ class PageReader:
             try:
                 pages[j] = flight.future.result(timeout=self.params.flight_wait_bound())
             except Exception:  # noqa: BLE001 - that fetch failed or is stuck: fetch it here
-                pages[j] = self._fetch_range(meta, j * P, min(meta.size, (j + 1) * P))
-        base = self._page_base(meta)
+                pages[j] = self.sink.fetch_range(meta, j * P, min(meta.size, (j + 1) * P))
+        base = self.layout.page_base(meta, P)
         unit = fb.unit
-        now = self._now()
+        sink = self.sink
+        now = sink.now()
         for j in range(first, last + 1):  # each page one access, in file order
             k = self._page_key(meta, j)
-            size = len(pages[j])
             source = Source.REMOTE if j in mine else Source.FLIGHT if j in theirs else Source.STORE
-            try:  # a page's prefetch answer is not followed: sparse reads are not read ahead
-                self.policy.read(unit, base + j, k, size, source, now)
-            except Exception as exc:  # noqa: BLE001 - a policy bug must not fail a read
-                self._policy_error(exc)
-            if self._record is not None:
-                self._record(now, unit, base + j, size)
+            # a page's prefetch answer is not followed: sparse reads are not read ahead
+            sink.access(unit, base + j, k, len(pages[j]), source, now)
             if j in mine:
                 self._store_page(unit, base + j, k, pages[j], mine[j])
         if mine or theirs:
@@ -377,13 +345,13 @@ class PageReader:
         s = start - first * P
         return out[s:s + (end - start)]
 
-    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: _Flight) -> None:
+    def _store_page(self, unit: str, bid: int, key: BlockKey, data: bytes, flight: Flight) -> None:
         """A fetched page through admission and the store; ``flight`` (registered by its
         reader) ends once it is written (write-behind) or refused, so until then readers
         of the page take its bytes from the flight."""
         deferred = False
         try:
-            deferred = self._insert(unit, bid, key, data, False, flight)
+            deferred = self.sink.keep(unit, bid, key, data, flight)
         finally:
             if not deferred:
-                self._end_flight(key, flight)
+                self.flights.end(key, flight)

@@ -9,31 +9,85 @@ a verified block (which bypass the engine's memory-mapped hits) would earn their
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
 
-from aicache.datacache.engine import CacheEngine
-from aicache.datacache.engine.sparse import ReadStream, streaming
-from aicache.datacache.keys import BlockKey, FileMeta
-from aicache.datacache.store import BlockStore
+from aicache.datacache.engine.reader import BlockReader, LocalBlock
+from aicache.datacache.engine.sparse import ReadStream
+from aicache.datacache.keys import FileMeta
 
-
-def _slice(blk: bytes, s: int, e: int) -> bytes:
-    return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+T_co = TypeVar("T_co", covariant=True)
 
 
-def _slice_into(blk: bytes, s: int, buf: memoryview) -> int:
-    piece = memoryview(blk)[s:s + len(buf)]
-    buf[:len(piece)] = piece
-    return len(piece)
+class Piece(Protocol[T_co]):
+    """How a handle hands over the piece ``[s, s + n)`` of a block: read by range from a
+    local block (None when its file is not the verified version any more), or sliced
+    from a block held whole."""
+
+    @property
+    def n(self) -> int:
+        """The piece's length (what a hit adds to ``hit_bytes``)."""
+
+    def ranged(self, block: LocalBlock, s: int) -> T_co | None: ...
+
+    def sliced(self, blk: bytes, s: int) -> T_co: ...
 
 
-#: How a handle hands over the piece ``[s, …)`` of a block, as (read it from a verified
-#: block file — None when that file is not the verified version —, slice it from a block
-#: held whole); ``x`` is the piece's end offset, or the reply buffer to fill.
-AS_BYTES = (BlockStore.get_range, _slice)
-INTO_BUFFER = (BlockStore.get_range_into, _slice_into)
-AS_DESCRIPTOR = (BlockStore.range_fd, _slice)  # (fd, offset, length); the caller closes fd
+class AsBytes:
+    """The piece as bytes."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def ranged(self, block: LocalBlock, s: int) -> bytes | None:
+        return block.get_range(s, s + self.n)
+
+    def sliced(self, blk: bytes, s: int) -> bytes:
+        e = s + self.n
+        return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+
+
+class IntoBuffer:
+    """The piece written into ``buf`` (a FUSE reply buffer); how many bytes."""
+
+    __slots__ = ("n", "buf")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.n = len(buf)
+
+    def ranged(self, block: LocalBlock, s: int) -> int | None:
+        return block.get_range_into(s, self.buf)
+
+    def sliced(self, blk: bytes, s: int) -> int:
+        piece = memoryview(blk)[s:s + self.n]
+        self.buf[:len(piece)] = piece
+        return len(piece)
+
+
+#: a piece of a reply as a block file's ``(fd, file offset, length)``, or as bytes
+Segment = tuple[int, int, int] | bytes
+
+
+class AsDescriptor:
+    """The piece as ``(fd, file offset, length)`` of a local block's file (the caller
+    closes ``fd``), or as bytes from a block held whole."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def ranged(self, block: LocalBlock, s: int) -> Segment | None:
+        return block.range_fd(s, s + self.n)
+
+    def sliced(self, blk: bytes, s: int) -> Segment:
+        e = s + self.n
+        return blk if (s == 0 and e >= len(blk)) else blk[s:e]
+
+
+T = TypeVar("T")
 
 
 class Handle:
@@ -43,13 +97,14 @@ class Handle:
     Each block counts as *one* demand access per handle, whatever the number of kernel
     requests (≤ 1 MiB on libfuse 3, 128 KiB on libfuse 2) it takes (:meth:`serve`). The
     first request of a block makes the access under the handle's lock: for a verified
-    local block it only accounts it (``claim_range_hit``) and reads its own range after
+    local block (:meth:`BlockReader.local`) it only accounts it (:meth:`BlockReader.claim`)
+    and reads its own range after
     releasing the lock, so the kernel's concurrent requests for the other pieces are not
     queued behind it; otherwise it reads the whole block (``read_block``: fetch or
     verify) and keeps it. Later requests of a block this handle already accounted read
     just their range (lock-free, served only from a file version verified in this
     process), or slice the block kept whole (verify mode ``full``, a block not verified
-    yet). ``cur``/``prev`` are ``(idx, block or None, key, hit)`` tuples, swapped
+    yet). ``cur``/``prev`` are ``(idx, bytes or None, LocalBlock or None, hit)`` tuples, swapped
     atomically, so lock-free readers always see a consistent record.
 
     ``hit_bytes`` counts every piece served from a block whose access was a hit (the
@@ -58,72 +113,93 @@ class Handle:
 
     A request that jumps (not continuing the handle's run of reads, ``stream``) into a
     block the cache does not hold reads only the pages covering it
-    (:meth:`CacheEngine.read_sparse`); the handle then holds no block for it."""
+    (:meth:`BlockReader.read_sparse`); the handle then holds no block for it."""
 
-    __slots__ = ("meta", "cur", "prev", "lock", "stream")
+    __slots__ = ("meta", "cur", "prev", "lock", "stream", "checked")
 
     def __init__(self, meta: FileMeta) -> None:
         self.meta = meta
-        self.cur: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
-        self.prev: tuple[int, bytes | None, BlockKey | None, bool] = (-1, None, None, False)
+        self.cur: tuple[int, bytes | None, LocalBlock | None, bool] = (-1, None, None, False)
+        self.prev: tuple[int, bytes | None, LocalBlock | None, bool] = (-1, None, None, False)
         self.lock = threading.Lock()
         self.stream = ReadStream()
+        #: the block a driver's "is this read local?" found local, for the read that follows
+        #: (:meth:`is_local`): the read then asks the store nothing more
+        self.checked: tuple[int, LocalBlock] | None = None
 
-    def serve(self, engine: CacheEngine, idx: int, s: int, x: Any,
-              how: tuple[Callable[..., Any], Callable[..., Any]]) -> Any:
-        """The piece ``[s, …)`` of block ``idx`` handed over ``how`` (:data:`AS_BYTES`,
-        :data:`INTO_BUFFER`, :data:`AS_DESCRIPTOR`); one demand access per block."""
-        ranged, sliced = how
-        n = x - s if isinstance(x, int) else len(x)  # the piece's length, for hit_bytes
-        b0 = idx * engine.block_size
-        self.stream.note(b0 + s, b0 + s + n, engine.page_size, self.meta.size)
-        got = self._held(engine, idx, s, x, n, ranged, sliced)
+    def holds(self, idx: int) -> bool:
+        """Whether this handle has accounted block ``idx`` (its pieces need no access)."""
+        return idx == self.cur[0] or idx == self.prev[0]
+
+    def is_local(self, reader: BlockReader, idx: int) -> bool:
+        """Whether block ``idx`` is held here or served by range from a local file; a local
+        one is kept for the read that follows, which then does not ask again."""
+        if self.holds(idx):
+            return True
+        block = reader.local(self.meta, idx)
+        if block is None:
+            return False
+        self.checked = (idx, block)
+        return True
+
+    def serve(self, reader: BlockReader, idx: int, s: int, out: Piece[T]) -> T:
+        """The piece ``[s, s + out.n)`` of block ``idx`` as ``out`` hands it over
+        (:class:`AsBytes`, :class:`IntoBuffer`, :class:`AsDescriptor`); one demand access
+        per block."""
+        n = out.n
+        b0 = idx * reader.block_size
+        self.stream.note(b0 + s, b0 + s + n, reader.page_size, self.meta.size)
+        got = self._held(reader, idx, s, out)
         if got is not None:
             return got
         with self.lock:
-            got = self._held(engine, idx, s, x, n, ranged, sliced)
+            got = self._held(reader, idx, s, out)
             if got is not None:
                 return got
-            key = engine.claim_range_hit(self.meta, idx, n)
-            if key is None:  # a miss, or a block not verified here yet: read it whole
-                if engine.page_size:  # ... unless the read is sparse: then its pages
+            checked = self.checked
+            if checked is not None and checked[0] == idx:
+                self.checked = None
+                block: LocalBlock | None = checked[1]
+            else:
+                block = reader.local(self.meta, idx)
+            if block is None:  # a miss, or a block not verified here yet: read it whole
+                if reader.page_size:  # ... unless the read is sparse: then its pages
                     end = min(b0 + s + n, self.meta.size)
-                    piece = engine.read_sparse(self.meta, b0 + s, end, self.stream)
+                    piece = reader.read_sparse(self.meta, b0 + s, end, self.stream)
                     if piece is not None:
-                        return sliced(piece, 0, x - s if isinstance(x, int) else x)
-                return self._load(engine, idx, s, x, n, sliced)
-            self._moved_to(idx, None, True)
+                        return out.sliced(piece, 0)
+                return self._load(reader, idx, s, out)
+            reader.claim(self.meta, idx, n)
+            self._moved_to(idx, None, block, True)
         # a verified local block, already accounted: read outside the lock, so that the
         # other pieces of this block are not queued behind this one
-        got = ranged(engine.store, key, s, x)
+        got = out.ranged(block, s)
         if got is not None:
             return got
         with self.lock:  # the file changed since it was verified: read (and check) it whole
-            return self._load(engine, idx, s, x, n, sliced)
+            return self._load(reader, idx, s, out)
 
-    def _held(self, engine: CacheEngine, idx: int, s: int, x: Any, n: int,
-              ranged: Callable[..., Any], sliced: Callable[..., Any]) -> Any:
-        """The piece (of ``n`` bytes) when this handle has accounted block ``idx``, else
-        None (also when its file changed since it was verified)."""
-        for i, blk, key, hit in (self.cur, self.prev):
+    def _held(self, reader: BlockReader, idx: int, s: int, out: Piece[T]) -> T | None:
+        """The piece when this handle has accounted block ``idx``, else None (also when
+        its file changed since it was verified)."""
+        for i, blk, block, hit in (self.cur, self.prev):
             if i == idx:
-                got = sliced(blk, s, x) if blk is not None else ranged(engine.store, key, s, x)
+                got = out.sliced(blk, s) if blk is not None else (
+                    out.ranged(block, s) if block is not None else None)
                 if hit and got is not None:
-                    engine.metrics.reads.count_bytes(n)
+                    reader.count_bytes(out.n)
                 return got
         return None
 
-    def _load(self, engine: CacheEngine, idx: int, s: int, x: Any, n: int,
-              sliced: Callable[..., Any]) -> Any:
+    def _load(self, reader: BlockReader, idx: int, s: int, out: Piece[T]) -> T:
         """Under the lock: one demand access of block ``idx`` that reads (fetches or
         verifies) it whole; the handle moves to it and keeps it."""
-        ahead = not engine.page_size or streaming(self.stream, engine.params.sparse_run)
-        blk, hit = engine.read_block_hit(self.meta, idx, n, ahead)
-        self._moved_to(idx, blk, hit)
-        return sliced(blk, s, x)
+        blk, hit = reader.read_block(self.meta, idx, out.n, reader.ahead(self.stream))
+        self._moved_to(idx, blk, None, hit)
+        return out.sliced(blk, s)
 
-    def _moved_to(self, idx: int, blk: bytes | None, hit: bool) -> None:
-        """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range; ``hit``:
-        its access was a hit) is now the handle's current block, the old one its previous."""
-        m = self.meta
-        self.prev, self.cur = self.cur, (idx, blk, BlockKey(m.path, m.version, idx), hit)
+    def _moved_to(self, idx: int, blk: bytes | None, block: LocalBlock | None, hit: bool) -> None:
+        """Under the lock: block ``idx`` (kept whole as ``blk``, or read by range from
+        ``block``; ``hit``: its access was a hit) is now the handle's current block, the
+        old one its previous."""
+        self.prev, self.cur = self.cur, (idx, blk, block, hit)

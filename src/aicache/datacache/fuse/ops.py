@@ -44,12 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aicache.datacache.engine import CacheEngine, RemoteReadError
+from aicache.datacache.engine.reader import BlockReader
 from aicache.datacache.fuse.binding import (FUSE_CAP_SPLICE_WRITE, FuseOSError, Operations,
                                             build_bufvec, splice_supported)
 from aicache.datacache.fuse.fdledger import FdLedger
-from aicache.datacache.fuse.handle import AS_BYTES, AS_DESCRIPTOR, INTO_BUFFER, Handle
+from aicache.datacache.fuse.handle import (AsBytes, AsDescriptor, Handle, IntoBuffer, Piece,
+                                           Segment)
 from aicache.datacache.fuse.kernel import raise_readahead
-from aicache.datacache.keys import BlockKey
 from aicache.datacache.version import VersionGone
 
 log = logging.getLogger("aicache.fuse")
@@ -174,19 +175,17 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         """Whether a read of ``[offset, offset + size)`` through handle ``fh`` is served
         from local block files without waiting (each block already held by the handle, or
         verified in this process); False when some block may need a fetch or a whole-block
-        verification."""
+        verification. The handle keeps what it found for the read that follows, which then
+        asks the store nothing more (:meth:`Handle.is_local`)."""
         h = self._handles.get(fh)
         engine = self.engine
         if h is None or engine is None:
             return True  # answered at once (EBADF)
-        B = engine.block_size
+        reader = engine.reader
+        B = reader.block_size
         end = min(offset + size, h.meta.size)
-        store = engine.store
-        m = h.meta
         for idx in range(offset // B, (end - 1) // B + 1 if end > offset else offset // B):
-            if idx == h.cur[0] or idx == h.prev[0]:
-                continue
-            if not store.serves_ranges(BlockKey(m.path, m.version, idx)):
+            if not h.is_local(reader, idx):
                 return False
         return True
 
@@ -290,28 +289,26 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         use = self._use.get(fh)
         return use if use is not None else PageCacheUse(self.direct_io, False)
 
-    def _piece(self, fh: int, offset: int, size: int) -> tuple[Handle, CacheEngine, int, int]:
-        """The handle and engine of ``fh`` and the clipped request ``[offset, end)``."""
+    def _piece(self, fh: int, offset: int, size: int) -> tuple[Handle, BlockReader, int, int]:
+        """The handle of ``fh``, the engine's reader and the clipped request ``[offset, end)``."""
         h = self._handles.get(fh)
         if h is None:
             raise FuseOSError(errno.EBADF)
         engine = self.engine
         assert engine is not None
-        return h, engine, offset, min(offset + size, h.meta.size)
+        return h, engine.reader, offset, min(offset + size, h.meta.size)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
-        h, engine, offset, end = self._piece(fh, offset, size)
+        h, reader, offset, end = self._piece(fh, offset, size)
         if end <= offset:
             return b""
-        B = engine.block_size
+        B = reader.block_size
         try:
             idx = offset // B
             if (end - 1) // B != idx:
-                h.stream.note(offset, end, engine.page_size, h.meta.size)
-                return engine.read_meta(h.meta, offset, end - offset, h.stream)
-            s = offset - idx * B
-            piece: bytes = h.serve(engine, idx, s, s + (end - offset), AS_BYTES)
-            return piece
+                h.stream.note(offset, end, reader.page_size, h.meta.size)
+                return reader.read_range(h.meta, offset, end - offset, h.stream)
+            return h.serve(reader, idx, offset - idx * B, AsBytes(end - offset))
         except RemoteReadError as exc:
             log.error("read %s: %s", path, exc)
             raise FuseOSError(errno.EIO) from exc
@@ -322,15 +319,14 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
     def read_into(self, path: str | None, buf: memoryview, offset: int, fh: int) -> int:
         """:meth:`read` into the kernel reply buffer ``buf`` (the high-level driver, :mod:`.highlevel`):
         a piece of one block goes straight from the block file into ``buf``."""
-        h, engine, offset, end = self._piece(fh, offset, len(buf))
-        B = engine.block_size
+        h, reader, offset, end = self._piece(fh, offset, len(buf))
+        B = reader.block_size
         if end <= offset or (end - 1) // B == offset // B:
             try:
                 if end <= offset:
                     return 0
                 idx = offset // B
-                n: int = h.serve(engine, idx, offset - idx * B, buf[:end - offset], INTO_BUFFER)
-                return n
+                return h.serve(reader, idx, offset - idx * B, IntoBuffer(buf[:end - offset]))
             except RemoteReadError as exc:
                 log.error("read %s: %s", path, exc)
                 raise FuseOSError(errno.EIO) from exc
@@ -347,8 +343,8 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         block's range as an open ``(fd, offset, length)`` of its file (the caller closes
         each fd), anything else as bytes. Each block counts as one access per handle, as
         with :meth:`read_into`."""
-        h, engine, offset, end = self._piece(fh, offset, size)
-        B = engine.block_size
+        h, reader, offset, end = self._piece(fh, offset, size)
+        B = reader.block_size
         out: list[tuple[int, int, int] | bytes] = []
         try:
             pos = offset
@@ -356,7 +352,8 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
                 idx = pos // B
                 stop = min(end, (idx + 1) * B)
                 s = pos - idx * B
-                out.append(h.serve(engine, idx, s, s + (stop - pos), AS_DESCRIPTOR))
+                piece: Piece[Segment] = AsDescriptor(stop - pos)
+                out.append(h.serve(reader, idx, s, piece))
                 pos = stop
         except BaseException as exc:
             for seg in out:
@@ -405,8 +402,8 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
 
     def statfs(self, path: str) -> dict[str, Any]:
         B = 4096
-        cap = self.engine.store.capacity if self.engine else 0
-        used = self.engine.store.used if self.engine else 0
+        cap = self.engine.reader.capacity if self.engine else 0
+        used = self.engine.reader.used if self.engine else 0
         return {"f_bsize": B, "f_frsize": B, "f_blocks": cap // B,
                 "f_bfree": max(0, cap - used) // B, "f_bavail": 0, "f_namemax": 255}
 

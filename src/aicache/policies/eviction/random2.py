@@ -90,3 +90,70 @@ class TwoRandom(EvictionPolicy):
 
     def keys(self) -> Iterable[Key]:
         return self._index.keys()
+
+
+class TwoRandomUnreadLast(EvictionPolicy):
+    """2-random over the blocks that have been read; prefetched blocks not read yet are
+    taken only when no read block is left or when they hold more than half the capacity.
+
+    Why: a prefetch the credit granted is a block its stream is about to read. Under plain
+    2-random several streams reading ahead at once (the fill of free space of three
+    shards, each stream's readahead) evict each other's unread blocks, which are then
+    fetched a second time: more remote bytes than a cache that never prefetched. Read
+    blocks go first. The half bounds what unread prefetches may hold, so that
+    readahead that is never read (a skewed stream's neighbours before a diagnosis) cannot
+    crowd out the read blocks: past it the oldest-sampled unread prefetch goes (and the
+    credit charges that stream). Both pools are :class:`TwoRandom` (one rng, O(1))."""
+
+    name = "2-random-unread-last"
+    __slots__ = ("_read", "_unread", "_unread_sizes", "_unread_bytes")
+
+    def __init__(self, capacity: int, **kw: Any) -> None:
+        super().__init__(capacity, **kw)
+        self._read = TwoRandom(capacity, rng=self.rng)
+        self._unread = TwoRandom(capacity, rng=self.rng)
+        self._unread_sizes: dict[Key, int] = {}
+        self._unread_bytes = 0
+
+    def on_hit(self, key: Key, size: int, now: float) -> None:
+        s = self._unread_sizes.pop(key, None)
+        if s is None:
+            self._read.on_hit(key, size, now)
+            return
+        self._unread_bytes -= s
+        self._unread.on_remove(key)
+        self._read.on_insert(key, size, now)
+
+    def on_insert(self, key: Key, size: int, now: float) -> None:
+        self._read.on_insert(key, size, now)
+
+    def on_prefetch_insert(self, key: Key, size: int, now: float) -> None:
+        self._unread.on_insert(key, size, now)
+        self._unread_sizes[key] = size
+        self._unread_bytes += size
+
+    def victim(self, now: float) -> Key:
+        if len(self._read) and 2 * self._unread_bytes <= self.capacity:
+            return self._read.victim(now)
+        if not len(self._unread):
+            return self._read.victim(now)
+        key = self._unread.victim(now)
+        self._unread_bytes -= self._unread_sizes.pop(key)
+        return key
+
+    def on_remove(self, key: Key) -> None:
+        s = self._unread_sizes.pop(key, None)
+        if s is None:
+            self._read.on_remove(key)
+        else:
+            self._unread_bytes -= s
+            self._unread.on_remove(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._read or key in self._unread
+
+    def __len__(self) -> int:
+        return len(self._read) + len(self._unread)
+
+    def keys(self) -> Iterable[Key]:
+        return [*self._unread.keys(), *self._read.keys()]
