@@ -7,7 +7,7 @@ returned for all (a pure-Python LFU once found an ``EvictionPolicy`` is then "a
 ``SlotPolicy``" too, and an ``LRUPrefix`` once found not an ``SAECache`` stops being a
 ``PrefixPolicy``). Each compiled module calls :func:`own_abc_caches` with its classes as
 soon as they exist, before any check can fill the shared cache. On the pure path the
-classes already own their caches and the call changes nothing. ``tests/test_native.py``
+classes already own their caches and the call changes nothing. ``tests/core/test_native.py``
 checks that every ABC-derived class of every compiled module owns its cache.
 """
 

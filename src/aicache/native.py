@@ -7,7 +7,7 @@ the libCacheSim policies LRU, FIFO, CLOCK, SIEVE, S3-FIFO and ARC
 compiles most, Cython the policy core (:data:`CYTHON`: its state is typed arrays, which
 mypyc cannot index without boxing). There is one source: the extension is that same file compiled, so the
 simulator, the real engines and the tests run the same policy code either way, and the
-results are identical (``tests/test_native.py`` replays traces on both paths and compares
+results are identical (``tests/core/test_native.py`` replays traces on both paths and compares
 every request). Where no compiler is present the install skips the compile and the ``.py``
 files are used as before.
 

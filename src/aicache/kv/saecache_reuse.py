@@ -57,7 +57,7 @@ entries carry the node, so checking a class's top needs no table look-up; a vict
 only the classes that have a leaf; the evicted node is its own ghost record. A block that
 gains a child in the same event never enters its class's heap (leaves are decided after
 linking), and a leaf touched again in its class gets a newer entry, the old one left stale.
-``tests/test_saecache_reuse.py`` checks every victim and every learned ``p_c`` against a
+``tests/kv/test_saecache_reuse.py`` checks every victim and every learned ``p_c`` against a
 plain reference that keeps none of this bookkeeping.
 """
 

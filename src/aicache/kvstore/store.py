@@ -6,7 +6,7 @@ promotion, DRAM pacing while SSD reads run — comes from the *same* objects the
 drives (:class:`aicache.kv.saria.KVIndex`, ``b_pace``, ``TransferMode``). The index
 returns :class:`~aicache.kv.saria.Moves`; the store reconciles physical copies with the
 index's locations (``node.kv_loc``) and moves the bytes. Hence ``aicache sim kv`` and this
-store agree block for block on the same call sequence (``tests/test_kvstore_vs_sim.py``).
+store agree block for block on the same call sequence (``tests/kvstore/test_kvstore_vs_sim.py``).
 
 Request protocol (the shape of vLLM's KV connector / LMCache's engine)::
 
@@ -30,7 +30,7 @@ drives a :class:`SlotKVIndex` that charges every block a full slot (``KVIndex.si
 the only override). On block-aligned prompts this is exactly the simulator's accounting
 and the two agree exactly on SSD bytes written, hits per tier and CHAR; with partial last
 blocks the store is conservative (fewer blocks fit) and agrees exactly with a simulator
-driving ``SlotKVIndex`` instead (``tests/test_kvstore_vs_sim.py``). DRAM and SSD budgets
+driving ``SlotKVIndex`` instead (``tests/kvstore/test_kvstore_vs_sim.py``). DRAM and SSD budgets
 are byte budgets: slots are ``budget // slot size`` and the slab files never exceed the SSD
 budget.
 

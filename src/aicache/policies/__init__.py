@@ -1,7 +1,7 @@
 """Policy registries. One line per policy: ``name -> "module:Class"`` (imported lazily).
 
 Adding a policy = one module + one registration line here; the contract tests in
-``tests/test_policy_contract.py`` pick it up with no new test code.
+``tests/policies/test_policy_contract.py`` pick it up with no new test code.
 """
 
 from __future__ import annotations

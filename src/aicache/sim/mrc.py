@@ -18,7 +18,7 @@ Three methods, chosen by policy and ``sample_rate``:
   :data:`MIN_SCALED_OBJECTS` objects is sampled at the rate that gives it that many (up to
   1, the whole trace); ``sample_rates`` reports the rate each size used. An estimate: the error against
   full simulation is measured by ``benchmarks/mrc_speed.py`` and bounded in
-  ``tests/test_sim_mrc.py``.
+  ``tests/sim/test_sim_mrc.py``.
 * ``simulation`` (``sample_rate=1``): the policy simulated at each size over the whole
   trace, exactly ``sim cache``.
 

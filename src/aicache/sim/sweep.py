@@ -8,7 +8,7 @@ caches themselves, and a trace too large to keep is still parsed only twice (pre
 replay) whatever the grid. Each cell is its own :class:`~aicache.sim.cache.Cache` with its
 own ``random.Random(seed)``, fed the same requests in the same order as
 :func:`~aicache.sim.cache_sim.simulate` feeds them, so a cell equals the single run of that
-policy and size exactly (``tests/test_sim_sweep.py`` checks it). Prefetching is left to
+policy and size exactly (``tests/sim/test_sim_sweep.py`` checks it). Prefetching is left to
 single runs: a prefetcher's pending set is per replay and is not part of a sweep.
 """
 

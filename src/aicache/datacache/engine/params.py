@@ -55,7 +55,7 @@ class EngineParams:
     #: deterministic mode (replays, tests; one reading thread): a read fetches and stores
     #: the prefetches it asked for before it returns, in the order the system named them,
     #: after its own block — with an injected clock the engine then makes exactly the
-    #: simulator's decisions (``tests/test_engine_vs_sim.py``)
+    #: simulator's decisions (``tests/datacache/engine/test_engine_vs_sim.py``)
     sync_prefetch: bool = False
     #: store fetched blocks on a writer thread after the reader has its bytes (see
     #: :mod:`aicache.datacache.engine.core`); off in ``sync_prefetch`` mode and under the

@@ -21,7 +21,7 @@ thread, no lock, no result object per read); the engine goes through the
 the cache directory's daemon, which holds one ``SystemDriver`` for every process reading
 the directory. The engine cannot tell them apart.
 
-Invariant (``tests/test_datacache_system_contract.py``, every registered system): after
+Invariant (``tests/datacache/policy/test_datacache_system_contract.py``, every registered system): after
 every event the driver's resident set equals the set of blocks the system holds, and a
 single engine's store holds exactly the driver's resident blocks.
 """

@@ -11,7 +11,7 @@ libCacheSim's, in the same order (``freq * 1e6`` first), so equal doubles stay e
 Two orders of a miss exist, and this is the one place where they differ:
 
 * ``evict_first=False`` (the default, what the ``libcachesim`` package does, checked
-  request by request in ``tests/test_policies_new_vs_libcachesim.py``): the missed object
+  request by request in ``tests/policies/test_policies_new_vs_libcachesim.py``): the missed object
   is inserted with the *current* ``L`` and then the lowest priorities are evicted until the
   cache fits — the new object among them, so a large or cold object can be bypassed (its
   priority then becomes ``L``). :meth:`GDSF.on_miss` decides this before the cache evicts

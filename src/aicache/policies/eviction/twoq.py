@@ -18,7 +18,7 @@ One departure, bytes mode only: libCacheSim inserts into Am through a nested LRU
 the outer loop has already made room; the cache template here evicts only as much as the
 incoming object needs, so in that case Am keeps objects libCacheSim would drop. In objects
 mode A1in never drops below its size once it has filled, so the two agree on every request
-(``tests/test_policies_vs_libcachesim.py`` checks both modes).
+(``tests/policies/test_policies_vs_libcachesim.py`` checks both modes).
 """
 
 from __future__ import annotations
