@@ -352,3 +352,36 @@ def test_a_failed_page_fetch_resolves_its_flights_and_the_next_read_fetches_agai
         assert e.read_meta(meta, B + 100, 3 * P) == data[B + 100:B + 100 + 3 * P]
     finally:
         e.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_fuse_handle_s_reordered_readahead_streams(seed: int) -> None:
+    """The kernel sends a readahead window's requests at once and the driver's threads
+    serve them in any order: with the window as the stream's slack every read of a
+    sequential pass is judged streaming however the window's requests arrive (without it,
+    a request that overtakes the one before it starts a new run and is fetched as pages);
+    reads further apart than the window still start new runs."""
+    from aicache.datacache.engine.sparse import ReadStream, dense
+
+    page, chunk, window, block = 16 << 10, 128 << 10, 4 << 20, 4 << 20
+    size = 3 * block
+    rng = random.Random(seed)
+    order = [off for w in range(0, size, window)
+             for off in rng.sample(range(w, w + window, chunk), window // chunk)]
+    judged = {}
+    for slack in (window, 0):
+        st = ReadStream()
+        st.slack = slack
+        sparse = 0
+        for off in order:
+            st.note(off, off + chunk, page, size)
+            b0 = off // block * block
+            sparse += not dense(off, off + chunk, b0, b0 + block, st, page, 1 << 20)
+        judged[slack] = sparse
+    assert judged[window] == 0
+    assert judged[0] > 0
+    jumper = ReadStream()
+    jumper.slack = window
+    for off in (9 * block, 2 * block, 6 * block):  # a jumping reader: never within the window
+        jumper.note(off, off + chunk, page, 12 * block)
+        assert not dense(off, off + chunk, off, off + block, jumper, page, 1 << 20)

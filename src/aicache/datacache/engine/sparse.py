@@ -56,26 +56,46 @@ DENSE_SHARE = 0.8
 @dataclass(slots=True)
 class ReadStream:
     """One reader's position in one open file: the contiguous run its reads form (what
-    tells a streaming reader from one that jumps)."""
+    tells a streaming reader from one that jumps).
 
-    #: where the run ends (the next read continues it if it starts here); -1: no read yet
+    ``slack``: how far out of order a read may arrive and still continue the run. 0 (an
+    fsspec file: one thread's reads, in order) — only a read starting where the run ends
+    continues it. A FUSE handle sets the kernel's readahead window: the kernel sends a
+    window's readahead requests at once and the driver's threads may hand them over in
+    any order, so a read within the window before or after the run is the same stream
+    (and a handle's first read within the window of offset 0 is its start)."""
+
+    #: where the run ends (the furthest byte its reads reached); -1: no read yet
     end: int = -1
+    #: where the run begins (its lowest byte)
+    lo: int = 0
     #: bytes of the run before the latest read (0: the latest read began a new run)
     before: int = 0
     #: bytes of the run including the latest read
     length: int = 0
     #: the run began at offset 0 with a read of at least a page (or of the whole file)
     from_start: bool = False
+    #: reorder window in bytes (see the class docstring)
+    slack: int = 0
 
     def note(self, start: int, end: int, page: int, size: int) -> None:
         """Record the read ``[start, end)`` of a file of ``size`` bytes."""
-        if start == self.end:
+        slack = self.slack
+        if start == self.end or (slack and self.end >= 0 and self.lo - slack <= start <= self.end + slack):
             self.before = self.length
-            self.length += end - start
-        else:
-            self.before = 0
-            self.length = end - start
-            self.from_start = start == 0 and (end - start >= page or end >= size)
+            if start < self.lo:
+                self.lo = start
+            if end > self.end:
+                self.end = end
+            self.length = self.end - self.lo
+            if slack and self.lo == 0 and self.length >= page:
+                self.from_start = True  # its first requests arrived after later ones
+            return
+        self.before = 0
+        self.lo = start
+        self.length = end - start
+        self.from_start = (start == 0 or (slack and self.end < 0 and start < slack)) and (
+            end - start >= page or end >= size)
         self.end = end
 
 

@@ -117,12 +117,13 @@ class Handle:
 
     __slots__ = ("meta", "cur", "prev", "lock", "stream", "checked")
 
-    def __init__(self, meta: FileMeta) -> None:
+    def __init__(self, meta: FileMeta, reorder_window: int = 0) -> None:
         self.meta = meta
         self.cur: tuple[int, bytes | None, LocalBlock | None, bool] = (-1, None, None, False)
         self.prev: tuple[int, bytes | None, LocalBlock | None, bool] = (-1, None, None, False)
         self.lock = threading.Lock()
         self.stream = ReadStream()
+        self.stream.slack = reorder_window
         #: the block a driver's "is this read local?" found local, for the read that follows
         #: (:meth:`is_local`): the read then asks the store nothing more
         self.checked: tuple[int, LocalBlock] | None = None

@@ -54,6 +54,8 @@ from aicache.datacache.fuse.kernel import raise_readahead
 from aicache.datacache.version import VersionGone
 
 log = logging.getLogger("aicache.fuse")
+#: the kernel's readahead window when the mount sets none (its default, in KiB)
+KERNEL_DEFAULT_READAHEAD_KB = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,13 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
             conn.want |= conn.capable & FUSE_CAP_SPLICE_WRITE
             conn.max_read = self.splice_bytes  # must equal the max_read mount option
         self.init("/")
+
+    def _reorder_window(self) -> int:
+        """How far out of order a handle's reads may arrive: the kernel's readahead window
+        (the one set on the mount, else the kernel's default of 128 KiB), whose requests
+        the kernel sends together and the driver's threads serve in any order."""
+        kb = self.readahead_kb or self._readahead_kb or 0
+        return max(kb, KERNEL_DEFAULT_READAHEAD_KB) * 1024
 
     # the engine is built in init(), i.e. after libfuse has daemonized (threads don't fork)
     def init(self, path: str) -> None:
@@ -248,7 +257,7 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
-            self._handles[fh] = Handle(meta)
+            self._handles[fh] = Handle(meta, self._reorder_window())
             versions = self._open_versions.setdefault(rp, {})
             others = any(n for ver, n in versions.items() if ver != v)
             versions[v] = versions.get(v, 0) + 1
