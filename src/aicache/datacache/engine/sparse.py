@@ -94,7 +94,7 @@ class ReadStream:
         self.before = 0
         self.lo = start
         self.length = end - start
-        self.from_start = (start == 0 or (slack and self.end < 0 and start < slack)) and (
+        self.from_start = (start == 0 or (slack > 0 and self.end < 0 and start < slack)) and (
             end - start >= page or end >= size)
         self.end = end
 
