@@ -165,9 +165,12 @@ def keep_values_in_memory() -> None:
     equal to the buffer's content, since the setter is the only writer of the buffer."""
     from moto.s3.models import FakeKey
 
-    getter, setter = FakeKey.value.fget, FakeKey.value.fset
-    if getter is None or setter is None or getattr(FakeKey, "_aicache_kept", False):
+    prop = FakeKey.__dict__.get("value")
+    if not isinstance(prop, property) or prop.fget is None or prop.fset is None:
+        return  # another moto: serve as it does
+    if getattr(FakeKey, "_aicache_kept", False):
         return
+    getter, setter = prop.fget, prop.fset
 
     def get_value(self: Any) -> bytes:
         kept: bytes | None = self.__dict__.get("_aicache_value")
@@ -180,8 +183,8 @@ def keep_values_in_memory() -> None:
         self.__dict__["_aicache_value"] = None
         setter(self, new_value)
 
-    FakeKey.value = property(get_value, set_value)  # type: ignore[method-assign, assignment]
-    FakeKey._aicache_kept = True  # type: ignore[attr-defined]
+    setattr(FakeKey, "value", property(get_value, set_value))
+    setattr(FakeKey, "_aicache_kept", True)
 
 
 def serve(port: int, moto_as_is: bool = False) -> None:

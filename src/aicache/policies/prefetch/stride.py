@@ -207,8 +207,9 @@ class StreamsStridePrefetcher(StridePrefetcher):
 
     name = "stride-streams"
 
-    def __init__(self, *, sessions: int = 16, reach: int | None = None, **kw: int) -> None:
-        super().__init__(**kw)
+    def __init__(self, *, adaptive: bool = True, sessions: int = 16, reach: int | None = None,
+                 **kw: int) -> None:
+        super().__init__(adaptive=adaptive, **kw)
         if sessions < 1:
             raise ValueError("need sessions >= 1")
         self.sessions = sessions
