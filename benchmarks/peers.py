@@ -761,6 +761,8 @@ class Meta:
     unavailable: dict[str, str]
     budget_slack: float
     tool_versions: dict[str, str]
+    #: the S3 stand-in read the whole object for every ranged GET, as moto does
+    moto_as_is: bool = False
 
 
 def print_report(results: list[RunResult], meta: Meta, as_markdown: bool = False) -> None:
@@ -839,6 +841,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"write each job's block trace here (recorded through {RECORDED})")
     ap.add_argument("--run-timeout", type=float, default=600.0, help="seconds per phase before it fails")
     ap.add_argument("--no-namespace", action="store_true", help="run on the host's loopback")
+    ap.add_argument("--moto-as-is", action="store_true",
+                    help="serve ranged GETs as moto does, reading the whole object each time "
+                         "(default: a range costs the server its own bytes, as on S3)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--report", default=None, metavar="FILE",
                     help="print the tables of a saved --json output and exit (runs nothing)")
@@ -888,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sc = Scale.of(a.scale, a.quick)
     work = tempfile.mkdtemp(prefix="aicache-peers-")
-    s3 = start_counting_s3()
+    s3 = start_counting_s3(moto_as_is=a.moto_as_is)
     line = DelayLine(("127.0.0.1", s3.port), a.latency_ms / 1000.0)
     started: list[System] = []
     results: list[RunResult] = []
@@ -944,7 +949,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = Meta(small_files=len(ds.small), small_bytes=ds.bytes_of(ds.small), large_files=len(ds.large),
                 large_bytes=ds.bytes_of(ds.large), latency_ms=a.latency_ms, threads=a.threads,
                 seed=a.seed, scale=a.scale, quick=a.quick, namespace=namespace,
-                unavailable=unavailable, budget_slack=BUDGET_SLACK, tool_versions=tool_versions())
+                unavailable=unavailable, budget_slack=BUDGET_SLACK, tool_versions=tool_versions(),
+                moto_as_is=a.moto_as_is)
     measured = [r for r in results if not r.status.startswith("unavailable")]
     if a.json:
         print(json.dumps({"meta": asdict(meta), "results": [asdict(r) for r in results],

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from aicache.policies import PREFETCH
 from aicache.policies.prefetch.neighborhood import NeighborhoodPrefetcher
 from aicache.policies.prefetch.sfp import SFP128Prefetcher, SFPPrefetcher
-from aicache.policies.prefetch.stride import ReadaheadPrefetcher, SampleRestPrefetcher, StridePrefetcher
+from aicache.policies.prefetch.stride import (ReadaheadPrefetcher, ReadaheadStreamsPrefetcher,
+                                              SampleRestPrefetcher, StreamsStridePrefetcher,
+                                              StridePrefetcher)
 
 
 def feed(p, blocks, unit="d"):
@@ -18,7 +20,8 @@ def feed(p, blocks, unit="d"):
 
 
 def test_registry_names():
-    for name in ("stride", "stride-fixed", "readahead", "sample-rest", "neighborhood", "sfp", "sfp-128"):
+    for name in ("stride", "stride-fixed", "readahead", "sample-rest", "neighborhood", "sfp", "sfp-128",
+                 "stride-streams", "readahead-streams"):
         assert PREFETCH.get(name).name == name
 
 
@@ -202,3 +205,61 @@ def test_dominant_step_matches_a_plain_count(deltas, min_support, history):
             best, best_count = x, counts[x]
     need = max(min(min_support, history), (n + 1) // 2)
     assert p._dominant_step(d) == (best if n and best_count >= need else 0)
+
+
+def _shard_walks(readers: int, length: int, rng) -> list[int]:
+    """``readers`` sequential walks over their own ``length``-block shards of one unit
+    (shard ``r`` owns ids ``r*length ..``), interleaved in a random order."""
+    pos = [0] * readers
+    out = []
+    while any(p < length for p in pos):
+        r = rng.choice([i for i in range(readers) if pos[i] < length])
+        out.append(r * length + pos[r])
+        pos[r] += 1
+    return out
+
+
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_streams_ask_only_for_the_blocks_of_their_own_walk(readers, depth, seed):
+    """Interleaved shard walks in one unit: every answer of the per-stream prefetcher is a
+    run of the next blocks of the walk that read (checked against the walk each read
+    belongs to), and every read after a walk's first few is covered by a request up to
+    ``depth`` blocks ahead of it."""
+    import random as _r
+
+    rng = _r.Random(seed)
+    length = 40
+    seq = _shard_walks(readers, length, rng)
+    p = StreamsStridePrefetcher(adaptive=False, depth=depth, history=8, min_support=3)
+    seen = [0] * readers
+    asked = set()
+    for i, b in enumerate(seq):
+        r, k = divmod(b, length)
+        out = list(p.on_access("u", b, False, float(i)))
+        seen[r] += 1
+        assert out == list(range(out[0], out[-1] + 1)) if out else True
+        for x in out:
+            assert b < x <= b + depth, (b, out)  # ahead of this read on its own walk's ids
+        asked.update(out)
+        if seen[r] > 4 and k + depth < length:
+            assert b + depth in asked  # the window reaches depth ahead of every read
+
+
+@given(st.lists(st.integers(0, 60), min_size=2, max_size=40), st.integers(1, 4))
+def test_one_stream_at_a_time_is_the_single_stream_prefetcher(blocks, depth):
+    """With one session the per-stream prefetcher is :class:`StridePrefetcher` (the
+    reference) on any sequence whose steps stay within its reach."""
+    p = StreamsStridePrefetcher(adaptive=False, depth=depth, history=8, sessions=1, reach=10_000)
+    q = StridePrefetcher(adaptive=False, depth=depth, history=8)
+    for i, b in enumerate(blocks):
+        assert list(p.on_access("u", b, False, float(i))) == list(q.on_access("u", b, False, float(i)))
+
+
+def test_readahead_streams_follow_two_interleaved_files():
+    p = ReadaheadStreamsPrefetcher(init_depth=2)
+    got = [list(p.on_access("d", b, False, float(i))) for i, b in enumerate([0, 100, 1, 101, 2, 102])]
+    assert got == [[], [], [2, 3], [102, 103], [4], [104]]
+    single = ReadaheadPrefetcher(init_depth=2)
+    assert all(not list(single.on_access("d", b, False, float(i)))
+               for i, b in enumerate([0, 100, 1, 101, 2, 102]))

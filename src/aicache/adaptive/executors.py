@@ -197,7 +197,8 @@ class Executor:
 
 class SequentialExecutor(Executor):
     pattern = "sequential"
-    prefetch_name = "stride"
+    #: per interleaved stream of the unit (parallel shard readers of one folder)
+    prefetch_name = "stride-streams"
     eviction_name = "eager"
 
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
@@ -233,7 +234,8 @@ class DefaultExecutor(Executor):
     """The framework's default before any accepted diagnosis: JuiceFS's policy."""
 
     pattern = "default"
-    prefetch_name = "readahead"
+    #: per interleaved stream of the unit, as JuiceFS reads ahead per open file
+    prefetch_name = "readahead-streams"
     eviction_name = "2-random-unread-last"
     unread_share = 0.5
 
@@ -241,6 +243,7 @@ class DefaultExecutor(Executor):
 class SeedSequentialExecutor(SequentialExecutor):
     """Stride prefetch + the seed's eager eviction (a block goes once read)."""
 
+    prefetch_name = "stride"
     fills_free_space = False
 
     def _make_eviction(self, capacity: int, rng: random.Random) -> EvictionPolicy:
@@ -270,6 +273,7 @@ class SeedSkewedExecutor(SkewedExecutor):
 class SeedDefaultExecutor(DefaultExecutor):
     """JuiceFS's policy as the seed's default: readahead + 2-random, no fill."""
 
+    prefetch_name = "readahead"
     fills_free_space = False
     eviction_name = "2-random"
 

@@ -40,6 +40,8 @@ EVICTION.register("reject-when-full", f"{_E}.reject:RejectWhenFull", "no evictio
 
 PREFETCH.register("none", "aicache.policies.base:NoPrefetch", "no prefetching")
 PREFETCH.register("stride", "aicache.policies.prefetch.stride:StridePrefetcher", "stride detection, adaptive depth")
+PREFETCH.register("stride-streams", "aicache.policies.prefetch.stride:StreamsStridePrefetcher", "stride detection per interleaved stream of a unit, adaptive depth")
+PREFETCH.register("readahead-streams", "aicache.policies.prefetch.stride:ReadaheadStreamsPrefetcher", "JuiceFS sequential readahead per interleaved stream of a unit")
 PREFETCH.register("stride-fixed", "aicache.policies.prefetch.stride:FixedStridePrefetcher", "stride detection, fixed depth")
 PREFETCH.register("next-fixed", "aicache.policies.prefetch.stride:NextBlocksPrefetcher", "next N blocks on every read, no detection")
 PREFETCH.register("readahead", "aicache.policies.prefetch.stride:ReadaheadPrefetcher", "JuiceFS sequential readahead")

@@ -10,6 +10,15 @@ addressing, which every client here is configured for) and counts, per bucket:
 - ``list``: GET of a bucket (ListObjects/ListObjectsV2, with or without a prefix);
 - ``other``: everything else (PUT, POST, DELETE, bucket sub-resources).
 
+**Ranged GETs cost what they serve.** moto keeps an object's bytes in a spooled temporary
+file (on disk past 5 MiB) and reads *the whole object* on every GET, ranged or not, before
+slicing the range: a 4 MiB range of a 32 MiB object costs the server about three times a
+whole 4 MiB object (``benchmarks/peers.py`` measures it, see docs/results/peers). S3 itself
+charges a range by its bytes. So by default the server keeps each object's bytes as one
+immutable ``bytes`` value beside moto's buffer (:func:`keep_values_in_memory`), and a
+ranged GET copies only its range; ``--moto-as-is`` (``start_counting_s3(moto_as_is=True)``)
+serves with moto unchanged.
+
 ``GET /__counts__`` answers the totals as JSON; bucket names cannot contain ``_``, so the
 path never shadows a bucket. Counters only grow: a benchmark takes the difference of two
 snapshots around the phase it measures.
@@ -150,7 +159,35 @@ class CountingMiddleware:
                 self._add(bucket, "", sent)
 
 
-def serve(port: int) -> None:
+def keep_values_in_memory() -> None:
+    """Make moto's object value a cached ``bytes`` (module docstring): the getter returns
+    the same object until the setter replaces it. Invariant: the cache is either None or
+    equal to the buffer's content, since the setter is the only writer of the buffer."""
+    from moto.s3.models import FakeKey
+
+    prop = FakeKey.__dict__.get("value")
+    if not isinstance(prop, property) or prop.fget is None or prop.fset is None:
+        return  # another moto: serve as it does
+    if getattr(FakeKey, "_aicache_kept", False):
+        return
+    getter, setter = prop.fget, prop.fset
+
+    def get_value(self: Any) -> bytes:
+        kept: bytes | None = self.__dict__.get("_aicache_value")
+        if kept is None:
+            kept = getter(self)
+            self.__dict__["_aicache_value"] = kept
+        return kept
+
+    def set_value(self: Any, new_value: bytes) -> None:
+        self.__dict__["_aicache_value"] = None
+        setter(self, new_value)
+
+    setattr(FakeKey, "value", property(get_value, set_value))
+    setattr(FakeKey, "_aicache_kept", True)
+
+
+def serve(port: int, moto_as_is: bool = False) -> None:
     """Serve moto's S3 with counting on ``127.0.0.1:port`` until killed (the child's main)."""
     import logging
 
@@ -159,6 +196,8 @@ def serve(port: int) -> None:
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    if not moto_as_is:
+        keep_values_in_memory()
     app = CountingMiddleware(DomainDispatcherApplication(create_backend_app))
     server = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
     print(f"ready {server.server_port}", flush=True)
@@ -191,15 +230,16 @@ class CountingS3:
                 self.process.wait()
 
 
-def start_counting_s3(timeout_s: float = 60.0) -> CountingS3:
+def start_counting_s3(timeout_s: float = 60.0, moto_as_is: bool = False) -> CountingS3:
     """Start the counting server on a free loopback port; the AWS credential variables moto's
-    clients expect are set in this process's environment."""
+    clients expect are set in this process's environment. ``moto_as_is``: ranged GETs read
+    the whole object, as moto does (module docstring)."""
     for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(var, value)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "aicache.testing.s3count", str(port)],
-                            stdout=subprocess.PIPE)
+    argv = [sys.executable, "-m", "aicache.testing.s3count", str(port)]
+    proc = subprocess.Popen(argv + ["--moto-as-is"] * moto_as_is, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()  # "ready PORT" once it listens; b"" if it died
     if not line.startswith("ready"):
@@ -219,4 +259,4 @@ def start_counting_s3(timeout_s: float = 60.0) -> CountingS3:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), moto_as_is="--moto-as-is" in sys.argv[2:])

@@ -107,6 +107,10 @@ class StridePrefetcher(PrefetchPolicy):
         if st is None:
             self._streams[unit] = _Stream(block, self.history)
             return _EMPTY
+        return self._advance(st, block)
+
+    def _advance(self, st: _Stream, block: int) -> Sequence[int]:
+        """Append ``block`` to the stream ``st``; the blocks to ask for along its step."""
         st.deltas.append(block - st.last)
         st.last = block
         step = self._dominant_step(st.deltas)
@@ -178,6 +182,77 @@ class ReadaheadPrefetcher(StridePrefetcher):
     """JuiceFS-like sequential readahead: step +1 only, adaptive (AIMD) depth."""
 
     name = "readahead"
+
+    def __init__(self, **kw: int) -> None:
+        kw.setdefault("step", 1)
+        super().__init__(adaptive=True, **kw)
+
+
+class StreamsStridePrefetcher(StridePrefetcher):
+    """:class:`StridePrefetcher` that tells apart several sequential streams interleaved in
+    one unit (readers that each walk their own shard of one dataset folder), as readahead
+    keeps a window per open file and a hardware stream prefetcher a table of streams.
+
+    Per unit it keeps up to ``sessions`` streams. A read continues the stream whose last
+    block it is nearest to *in that stream's direction* (a step the stream has not taken
+    the other way), within ``reach`` blocks; a re-read of a stream's last block continues
+    it too. A read no stream reaches starts a new one, which replaces the stream least
+    recently continued. With one reader this is :class:`StridePrefetcher` (its stream is
+    always the nearest); with readers interleaved, each keeps its own steps, where a single
+    stream per unit would see the jumps between them and find no stride. ``sessions``
+    bounds the state per unit; ``reach`` (the deepest window, ``max_depth``, by default)
+    is how far apart two reads of one stream may land when the reader skips blocks
+    another process or an earlier pass left in the cache.
+    """
+
+    name = "stride-streams"
+
+    def __init__(self, *, adaptive: bool = True, sessions: int = 16, reach: int | None = None,
+                 **kw: int) -> None:
+        super().__init__(adaptive=adaptive, **kw)
+        if sessions < 1:
+            raise ValueError("need sessions >= 1")
+        self.sessions = sessions
+        self.reach = self.max_depth if reach is None else reach
+        #: unit -> its streams, least recently continued first
+        self._sets: dict[Hashable, list[_Stream]] = {}
+
+    def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
+        streams = self._sets.get(unit)
+        if streams is None:
+            self._sets[unit] = [_Stream(block, self.history)]
+            return _EMPTY
+        best: _Stream | None = None
+        best_d = self.reach + 1
+        for st in streams:
+            d = block - st.last
+            ad = d if d >= 0 else -d
+            if ad >= best_d:
+                continue
+            # a stream with a known direction is continued only along it
+            if d and st.step and (d > 0) != (st.step > 0):
+                continue
+            best, best_d = st, ad
+        if best is None:
+            if len(streams) >= self.sessions:
+                streams.pop(0)
+            streams.append(_Stream(block, self.history))
+            return _EMPTY
+        if streams[-1] is not best:
+            streams.remove(best)
+            streams.append(best)
+        return self._advance(best, block)
+
+    def reset(self) -> None:
+        super().reset()
+        self._sets.clear()
+
+
+class ReadaheadStreamsPrefetcher(StreamsStridePrefetcher):
+    """JuiceFS-like readahead (step +1, AIMD depth) per stream of a unit
+    (:class:`StreamsStridePrefetcher`)."""
+
+    name = "readahead-streams"
 
     def __init__(self, **kw: int) -> None:
         kw.setdefault("step", 1)
