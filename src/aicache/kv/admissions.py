@@ -20,7 +20,9 @@ from aicache.kv.admission import (
     AdmissionRule, LearnedAdmission, OracleAdmission, RuleAdmission, SSDAdmission,
 )
 from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
-from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
+from aicache.kv.budgeted_admission import (
+    BudgetedAdmission, BudgetSpender, CappedAdmission, ClassPacedAdmission,
+)
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
 )
@@ -106,8 +108,20 @@ def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
     if ctx.budget is None:
         raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    return BudgetedAdmission(ctx.budget, ctx.size_of,
-                             _float(ctx, "pace_window", BUDGETED_PACE_WINDOW))
+    b, hl = ctx.budget, ctx.args.get("half_life")
+    return _checked(lambda: BudgetedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
+        None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted")
+
+
+def _budgeted_v1(ctx: AdmissionContext) -> SSDAdmission:
+    if ctx.budget is None:
+        raise BadInput("admission 'budgeted-v1' needs a write budget: --ssd-write-budget "
+                       "1DWPD (or 200MB/s)")
+    b = ctx.budget
+    return _checked(lambda: ClassPacedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW)),
+        "budgeted-v1")
 
 
 #: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
@@ -152,8 +166,11 @@ SSD_ADMISSIONS.register("mooncake-on-evict", AdmissionEntry(lambda c: _checked(
     "mooncake-on-evict")),
     "Mooncake offload_on_evict: persist what DRAM eviction picks, cap 0.5 x queue per cycle")
 SSD_ADMISSIONS.register("budgeted", AdmissionEntry(_budgeted),
-                        "write at DRAM eviction within --ssd-write-budget, reused/returning "
-                        "blocks first")
+                        "write at DRAM eviction within --ssd-write-budget, the most (and most "
+                        "recently) used blocks first")
+SSD_ADMISSIONS.register("budgeted-v1", AdmissionEntry(_budgeted_v1),
+                        "the previous budgeted admission: returning, then reused, then "
+                        "first-eviction blocks, paced by class")
 SSD_ADMISSIONS.register("shadow-follow", AdmissionEntry(_shadow_follow),
                         "follow the shadow cache (the field's rules, E2, budgeted) with the "
                         "most recent hits whose writes fit --ssd-write-budget")
@@ -196,7 +213,6 @@ def make_ssd_admission(name: str, ctx: AdmissionContext) -> SSDAdmission:
             adm = RuleAdmission(AdmissionRule.parse(name))
         except BadInput as e:
             raise unknown_admission(name, e) from None
-    if ctx.budget is not None and not isinstance(adm, (BudgetedAdmission,
-                                                       ShadowFollowAdmission)):
+    if ctx.budget is not None and not isinstance(adm, (BudgetSpender, ShadowFollowAdmission)):
         adm = CappedAdmission(adm, ctx.budget, ctx.size_of)
     return adm
