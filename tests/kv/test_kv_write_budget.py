@@ -1,8 +1,8 @@
 """The SSD write budget: parsing, the projected drive life against its formula, the
 window invariant by brute force (every window of the ledger's clock, on random charges
 and through the simulator on small generated traces), the ranked demand window against a
-brute-force sum, and the budgeted admissions' order (the default's ranks by class and
-decayed use count; ``budgeted-v1``'s classes, first come)."""
+brute-force sum, and the budgeted admissions' order (the default's classes, first come;
+``budgeted-ranked``'s ranks by class and decayed use count)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import aicache.sim.kv as simkv
 from aicache.errors import BadInput
 from aicache.kv.admissions import AdmissionContext, make_ssd_admission
-from aicache.kv.budgeted_admission import BudgetedAdmission, ClassPacedAdmission
+from aicache.kv.budgeted_admission import ClassPacedAdmission, RankedBudgetedAdmission
 from aicache.kv.radix import RadixNode
 from aicache.kv.write_budget import (
     RankedDemandWindow, WriteBudget, life_years, parse_write_budget,
@@ -86,7 +86,7 @@ def test_ranked_demand_window_matches_a_brute_force_sum(seed: int) -> None:
 def test_decayed_use_count_is_the_sum_of_halving_weights() -> None:
     """``log_count`` against ``log2 Σ 2^(−(now − t_i)/half_life)`` written out; a block
     that came back quickly outranks one used as often but long ago."""
-    adm = BudgetedAdmission(WriteBudget(1.0, 1000.0), lambda n: 1, pace_window=100.0)
+    adm = RankedBudgetedAdmission(WriteBudget(1.0, 1000.0), lambda n: 1, pace_window=100.0)
     quick, slow, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1), RadixNode(3, None, 1)
     adm.on_store([quick, slow], 0, 0.0, None)          # first stores count one use each
     adm.on_reference(slow, 50.0)
@@ -109,7 +109,7 @@ def test_budgeted_admission_reserves_only_for_better_ranked_demand() -> None:
     goes first under a tight budget, and once the better demand fits, the rest is
     written too; a returning block is limited by the ledger alone."""
     size = lambda n: 10  # noqa: E731
-    adm = BudgetedAdmission(WriteBudget(1.0, 1000.0), size, pace_window=100.0)
+    adm = RankedBudgetedAdmission(WriteBudget(1.0, 1000.0), size, pace_window=100.0)
     hot = [RadixNode(i, None, 1) for i in range(10)]
     cold, cold2, back = RadixNode(20, None, 1), RadixNode(21, None, 1), RadixNode(30, None, 1)
     for n in hot:
@@ -133,17 +133,17 @@ def test_budgeted_admission_reserves_only_for_better_ranked_demand() -> None:
     assert (adm.offered, adm.admitted) == ([1, 13, 0], [1, 12, 0])
 
 
-def test_budgeted_v1_is_one_name_away_and_spends_the_budget_itself() -> None:
+def test_budgeted_ranked_is_one_name_away_and_spends_the_budget_itself() -> None:
     b = WriteBudget(1.0, 10.0)
     ctx = AdmissionContext(size_of=lambda n: 1, budget=b)
-    v1, v2 = make_ssd_admission("budgeted-v1", ctx), make_ssd_admission("budgeted", ctx)
-    assert isinstance(v1, ClassPacedAdmission) and v1.label == "budgeted-v1"
-    assert isinstance(v2, BudgetedAdmission) and v2.label == "budgeted"
+    d, r = make_ssd_admission("budgeted", ctx), make_ssd_admission("budgeted-ranked", ctx)
+    assert isinstance(d, ClassPacedAdmission) and d.label == "budgeted"
+    assert isinstance(r, RankedBudgetedAdmission) and r.label == "budgeted-ranked"
     with pytest.raises(BadInput, match="--ssd-write-budget"):
-        make_ssd_admission("budgeted-v1", AdmissionContext())
+        make_ssd_admission("budgeted-ranked", AdmissionContext())
 
 
-def test_budgeted_v1_spends_on_returning_blocks_first() -> None:
+def test_budgeted_spends_on_returning_blocks_first() -> None:
     size = lambda n: 100  # noqa: E731
     b = WriteBudget(10.0, 100.0)                     # 1,000 B per window
     adm = ClassPacedAdmission(b, size, pace_window=100.0)
@@ -165,7 +165,7 @@ def test_budgeted_v1_spends_on_returning_blocks_first() -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("admission", [None, "budgeted-v1", "full-duplicate", "sglang-selective",
+@pytest.mark.parametrize("admission", [None, "budgeted-ranked", "full-duplicate", "sglang-selective",
                                        "shadow-follow"])
 def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, admission):
     """The budget holds over every window of the replay clock, for the budgeted admission
@@ -180,7 +180,7 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
     monkeypatch.setattr(simkv, "WriteBudget", Recording)
     reqs = prepare(generate_agent(8, seed=seed), 512)
     kw = dict(dram_tokens=100_000, ssd_tokens=2_000_000, session_window=1800.0)
-    unbudgeted = (admission if admission not in (None, "shadow-follow", "budgeted-v1")
+    unbudgeted = (admission if admission not in (None, "shadow-follow", "budgeted-ranked")
                   else "full-duplicate")
     free = simulate_kv(reqs, KVSimParams(admission=unbudgeted, **kw)).metrics
     rate = free["ssd_write_bytes"] / free["duration_s"] / 4  # a quarter of what FD writes
@@ -195,7 +195,7 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
         m["ssd_write_bytes"], m["duration_s"], 2_000_000 * 147_456))
     assert m["ssd_write_budget_bps"] == pytest.approx(int(rate))
     own = {None: "budgeted", "shadow-follow": "shadow-follow",  # spend it themselves
-           "budgeted-v1": "budgeted-v1"}
+           "budgeted-ranked": "budgeted-ranked"}
     assert m["admission"] == own.get(admission, f"{admission}@budget")
 
 

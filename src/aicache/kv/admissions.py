@@ -21,7 +21,7 @@ from aicache.kv.admission import (
 )
 from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
 from aicache.kv.budgeted_admission import (
-    BudgetedAdmission, BudgetSpender, CappedAdmission, ClassPacedAdmission,
+    BudgetSpender, CappedAdmission, ClassPacedAdmission, RankedBudgetedAdmission,
 )
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
@@ -108,20 +108,19 @@ def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
     if ctx.budget is None:
         raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    b, hl = ctx.budget, ctx.args.get("half_life")
-    return _checked(lambda: BudgetedAdmission(
-        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
-        None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted")
-
-
-def _budgeted_v1(ctx: AdmissionContext) -> SSDAdmission:
-    if ctx.budget is None:
-        raise BadInput("admission 'budgeted-v1' needs a write budget: --ssd-write-budget "
-                       "1DWPD (or 200MB/s)")
     b = ctx.budget
     return _checked(lambda: ClassPacedAdmission(
-        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW)),
-        "budgeted-v1")
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW)), "budgeted")
+
+
+def _budgeted_ranked(ctx: AdmissionContext) -> SSDAdmission:
+    if ctx.budget is None:
+        raise BadInput("admission 'budgeted-ranked' needs a write budget: "
+                       "--ssd-write-budget 1DWPD (or 200MB/s)")
+    b, hl = ctx.budget, ctx.args.get("half_life")
+    return _checked(lambda: RankedBudgetedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
+        None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted-ranked")
 
 
 #: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
@@ -166,11 +165,11 @@ SSD_ADMISSIONS.register("mooncake-on-evict", AdmissionEntry(lambda c: _checked(
     "mooncake-on-evict")),
     "Mooncake offload_on_evict: persist what DRAM eviction picks, cap 0.5 x queue per cycle")
 SSD_ADMISSIONS.register("budgeted", AdmissionEntry(_budgeted),
-                        "write at DRAM eviction within --ssd-write-budget, the most (and most "
-                        "recently) used blocks first")
-SSD_ADMISSIONS.register("budgeted-v1", AdmissionEntry(_budgeted_v1),
-                        "the previous budgeted admission: returning, then reused, then "
-                        "first-eviction blocks, paced by class")
+                        "write at DRAM eviction within --ssd-write-budget, reused/returning "
+                        "blocks first")
+SSD_ADMISSIONS.register("budgeted-ranked", AdmissionEntry(_budgeted_ranked),
+                        "budgeted, with reused/first-eviction blocks ranked by a decayed use "
+                        "count (tried, not the default)")
 SSD_ADMISSIONS.register("shadow-follow", AdmissionEntry(_shadow_follow),
                         "follow the shadow cache (the field's rules, E2, budgeted) with the "
                         "most recent hits whose writes fit --ssd-write-budget")

@@ -15,16 +15,15 @@ far, the block and a reserve must stay within the rate's accrual since the first
 plus one ``pace_window`` of it (``room``). Budget a quiet spell left unspent stays
 available. The two differ in the reserve:
 
-* :class:`BudgetedAdmission` (``budgeted``, the default) ranks every candidate by class
-  and, within its class, by its **decayed use count** (each store of a new block and each
+* :class:`ClassPacedAdmission` (``budgeted``, the default): the reserve is every byte the
+  higher classes offered over the last pace window; within a class, first come.
+* :class:`RankedBudgetedAdmission` (``budgeted-ranked``, an alternative, not the default)
+  ranks every candidate by class and, within its class, by its **decayed use count** (each store of a new block and each
   reuse adds one; the count halves every ``half_life``, the pace window): the reserve is
   the bytes offered over the last pace window that ranked *above* the block (the
   forecast of the better demand to come). Under a tight budget a reused block used often
   and recently goes before one used once long ago; when the better demand leaves room,
   the block is written (its own class's equals and lower ranks reserve nothing).
-* :class:`ClassPacedAdmission` (``budgeted-v1``, the previous default): the reserve is
-  every byte the higher classes offered over the last pace window; within a class, first
-  come.
 
 The budget is the hard limit (:class:`WriteBudget`'s window invariant): a write that does
 not fit is refused, whatever its rank. :class:`CappedAdmission` puts the same limit on
@@ -96,7 +95,7 @@ class BudgetSpender:
         self.budget.charge(size, now)
 
 
-class BudgetedAdmission(BudgetSpender):
+class RankedBudgetedAdmission(BudgetSpender):
     """The ranked budgeted admission (module docstring). ``half_life``: seconds over which
     a use's weight halves (default: the pace window). Invariant of the decision for a
     reused or first-eviction block of rank ``ρ``: ``size + (bytes offered in the last
@@ -106,7 +105,7 @@ class BudgetedAdmission(BudgetSpender):
 
     def __init__(self, budget: WriteBudget, size_of: BlockBytes,
                  pace_window: float = PACE_WINDOW, half_life: float | None = None) -> None:
-        super().__init__(budget, size_of, pace_window, "budgeted")
+        super().__init__(budget, size_of, pace_window, "budgeted-ranked")
         self.half_life = self.pace_window if half_life is None else half_life
         if not self.half_life > 0:
             raise ValueError("half_life must be positive")
@@ -173,13 +172,13 @@ class BudgetedAdmission(BudgetSpender):
 
 
 class ClassPacedAdmission(BudgetSpender):
-    """The class-paced budgeted admission, ``budgeted-v1`` (module docstring)."""
+    """The class-paced budgeted admission, ``budgeted`` (module docstring)."""
 
     __slots__ = ("demand",)
 
     def __init__(self, budget: WriteBudget, size_of: BlockBytes,
                  pace_window: float = PACE_WINDOW) -> None:
-        super().__init__(budget, size_of, pace_window, "budgeted-v1")
+        super().__init__(budget, size_of, pace_window, "budgeted")
         #: bytes each class offered over the last pace window (its demand)
         self.demand = [DemandWindow(self.pace_window) for _ in range(CLASSES)]
 
