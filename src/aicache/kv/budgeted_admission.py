@@ -109,7 +109,9 @@ class RankedBudgetedAdmission(BudgetSpender):
         self.half_life = self.pace_window if half_life is None else half_life
         if not self.half_life > 0:
             raise ValueError("half_life must be positive")
-        #: node -> (log2 of its decayed use count at time t, t)
+        #: node -> (log2 of its decayed use count at time t, t); an entry is dropped once
+        #: its count decays below 2**RANK_LOW (so a node the tree reclaimed is held at
+        #: most about -RANK_LOW half-lives longer)
         self._uses: dict[RadixNode, tuple[float, float]] = {}
         #: every candidate's bytes over the last pace window, by rank (class, then count)
         self._ranked = RankedDemandWindow(self.pace_window, RANK_BUCKETS * CLASSES)
