@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="peer (the peer's replay length) or a duration such as 10min")
     ap.add_argument("--ours", default=None,
                     help="the admission that spends the budget (default: sim kv's default "
-                         "budgeted one; e.g. shadow-follow)")
+                         "budgeted one; e.g. budgeted-ranked, shadow-follow)")
     ap.add_argument("--only", default=None, help="run only traces whose name contains this")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="also write the JSON here after each trace")

@@ -1,19 +1,24 @@
 """The SSD write budget: parsing, the projected drive life against its formula, the
 window invariant by brute force (every window of the ledger's clock, on random charges
-and through the simulator on small generated traces), and the budgeted admission's
-order (returning blocks, then reused ones, then first evictions)."""
+and through the simulator on small generated traces), the ranked demand window against a
+brute-force sum, and the budgeted admissions' order (the default's classes, first come;
+``budgeted-ranked``'s ranks by class and decayed use count)."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 import aicache.sim.kv as simkv
 from aicache.errors import BadInput
-from aicache.kv.budgeted_admission import BudgetedAdmission
+from aicache.kv.admissions import AdmissionContext, make_ssd_admission
+from aicache.kv.budgeted_admission import ClassPacedAdmission, RankedBudgetedAdmission
 from aicache.kv.radix import RadixNode
-from aicache.kv.write_budget import WriteBudget, life_years, parse_write_budget
+from aicache.kv.write_budget import (
+    RankedDemandWindow, WriteBudget, life_years, parse_write_budget,
+)
 from aicache.sim.kv import KVSimParams, prepare, simulate_kv
 from aicache.traces.gen_agent import generate_agent
 
@@ -61,10 +66,87 @@ def test_ledger_never_exceeds_the_allowance_in_any_window(seed: int) -> None:
     assert b.max_window == _max_window(b.history, 10.0)
 
 
-def test_budgeted_admission_spends_on_returning_blocks_first() -> None:
+@pytest.mark.parametrize("seed", range(3))
+def test_ranked_demand_window_matches_a_brute_force_sum(seed: int) -> None:
+    rng = random.Random(seed)
+    w = RankedDemandWindow(50.0, 16)
+    offers: list[tuple[float, int, int]] = []
+    t = 0.0
+    for _ in range(300):
+        t += rng.expovariate(0.5)
+        b, s = rng.randrange(16), rng.randint(1, 100)
+        w.add(b, s, t)
+        offers.append((t, b, s))
+        q = rng.randrange(16)
+        live = [(bb, ss) for tt, bb, ss in offers if tt > t - 50.0]
+        assert w.at_least(q, t) == sum(ss for bb, ss in live if bb >= q)
+        assert w.total(t) == sum(ss for _, ss in live)
+
+
+def test_decayed_use_count_is_the_sum_of_halving_weights() -> None:
+    """``log_count`` against ``log2 Σ 2^(−(now − t_i)/half_life)`` written out; a block
+    that came back quickly outranks one used as often but long ago."""
+    adm = RankedBudgetedAdmission(WriteBudget(1.0, 1000.0), lambda n: 1, pace_window=100.0)
+    quick, slow, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1), RadixNode(3, None, 1)
+    adm.on_store([quick, slow], 0, 0.0, None)          # first stores count one use each
+    adm.on_reference(slow, 50.0)
+    adm.on_reference(quick, 900.0)
+    adm.on_reference(quick, 950.0)
+    now = 1000.0
+    for node, uses in ((quick, (0.0, 900.0, 950.0)), (slow, (0.0, 50.0))):
+        want = math.log2(sum(2.0 ** (-(now - t) / 100.0) for t in uses))
+        assert adm.log_count(node, now) == pytest.approx(want)
+    assert adm.log_count(fresh, now) == -math.inf
+    quick.R = slow.R = 1
+    quick.E = slow.E = fresh.E = 1
+    assert adm.rank(quick, now) > adm.rank(slow, now) > adm.rank(fresh, now)
+
+
+def test_budgeted_admission_reserves_only_for_better_ranked_demand() -> None:
+    """Worked example (pace window 100 s, rate 1 B/s, first eviction at 2 s: room at t is
+    t − 2 + 100 − written; nothing is written here, so only the reserves differ):
+    a reused block waits only for the demand ranked above it, so a block used often
+    goes first under a tight budget, and once the better demand fits, the rest is
+    written too; a returning block is limited by the ledger alone."""
+    size = lambda n: 10  # noqa: E731
+    adm = RankedBudgetedAdmission(WriteBudget(1.0, 1000.0), size, pace_window=100.0)
+    hot = [RadixNode(i, None, 1) for i in range(10)]
+    cold, cold2, back = RadixNode(20, None, 1), RadixNode(21, None, 1), RadixNode(30, None, 1)
+    for n in hot:
+        for t in (0.0, 1.0, 2.0):
+            adm.on_reference(n, t)
+        n.E, n.R = 1, 3
+    adm.on_reference(cold, 0.0)
+    adm.on_reference(cold2, 0.0)
+    cold.E = cold.R = cold2.E = cold2.R = 1
+    # nothing written yet: room = 100 B; 9 hot offers = 90 B of better demand, + 10 fits
+    for n in hot[:9]:
+        assert adm.at_eviction(n, 2.0)
+    assert adm.at_eviction(cold, 2.0)
+    # a tenth hot offer: 100 B above the cold block, which no longer fits
+    assert adm.at_eviction(hot[9], 2.0)
+    assert not adm.at_eviction(cold2, 2.0)
+    back.E, back.R = 2, 1
+    assert adm.at_eviction(back, 2.0)                # returning: the ledger alone
+    # a pace window later the hot demand has passed: the cold block is written
+    assert adm.at_eviction(cold2, 103.0)
+    assert (adm.offered, adm.admitted) == ([1, 13, 0], [1, 12, 0])
+
+
+def test_budgeted_ranked_is_one_name_away_and_spends_the_budget_itself() -> None:
+    b = WriteBudget(1.0, 10.0)
+    ctx = AdmissionContext(size_of=lambda n: 1, budget=b)
+    d, r = make_ssd_admission("budgeted", ctx), make_ssd_admission("budgeted-ranked", ctx)
+    assert isinstance(d, ClassPacedAdmission) and d.label == "budgeted"
+    assert isinstance(r, RankedBudgetedAdmission) and r.label == "budgeted-ranked"
+    with pytest.raises(BadInput, match="--ssd-write-budget"):
+        make_ssd_admission("budgeted-ranked", AdmissionContext())
+
+
+def test_budgeted_spends_on_returning_blocks_first() -> None:
     size = lambda n: 100  # noqa: E731
     b = WriteBudget(10.0, 100.0)                     # 1,000 B per window
-    adm = BudgetedAdmission(b, size, pace_window=100.0)
+    adm = ClassPacedAdmission(b, size, pace_window=100.0)
     back, reused, fresh = RadixNode(1, None, 1), RadixNode(2, None, 1), RadixNode(3, None, 1)
     back.E, reused.E, reused.R, fresh.E = 2, 1, 1, 1
     assert [adm.evidence_class(n) for n in (back, reused, fresh)] == [0, 1, 2]
@@ -83,7 +165,8 @@ def test_budgeted_admission_spends_on_returning_blocks_first() -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("admission", [None, "full-duplicate", "sglang-selective", "shadow-follow"])
+@pytest.mark.parametrize("admission", [None, "budgeted-ranked", "full-duplicate", "sglang-selective",
+                                       "shadow-follow"])
 def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, admission):
     """The budget holds over every window of the replay clock, for the budgeted admission
     and for any admission capped by it; the run reports the projected life."""
@@ -97,7 +180,8 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
     monkeypatch.setattr(simkv, "WriteBudget", Recording)
     reqs = prepare(generate_agent(8, seed=seed), 512)
     kw = dict(dram_tokens=100_000, ssd_tokens=2_000_000, session_window=1800.0)
-    unbudgeted = admission if admission not in (None, "shadow-follow") else "full-duplicate"
+    unbudgeted = (admission if admission not in (None, "shadow-follow", "budgeted-ranked")
+                  else "full-duplicate")
     free = simulate_kv(reqs, KVSimParams(admission=unbudgeted, **kw)).metrics
     rate = free["ssd_write_bytes"] / free["duration_s"] / 4  # a quarter of what FD writes
     m = simulate_kv(reqs, KVSimParams(admission=admission, ssd_write_budget=f"{int(rate)}B/s",
@@ -110,7 +194,8 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
     assert m["ssd_life_years"] == pytest.approx(life_years(
         m["ssd_write_bytes"], m["duration_s"], 2_000_000 * 147_456))
     assert m["ssd_write_budget_bps"] == pytest.approx(int(rate))
-    own = {None: "budgeted", "shadow-follow": "shadow-follow"}  # spend it themselves
+    own = {None: "budgeted", "shadow-follow": "shadow-follow",  # spend it themselves
+           "budgeted-ranked": "budgeted-ranked"}
     assert m["admission"] == own.get(admission, f"{admission}@budget")
 
 

@@ -20,7 +20,9 @@ from aicache.kv.admission import (
     AdmissionRule, LearnedAdmission, OracleAdmission, RuleAdmission, SSDAdmission,
 )
 from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
-from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
+from aicache.kv.budgeted_admission import (
+    BudgetSpender, CappedAdmission, ClassPacedAdmission, RankedBudgetedAdmission,
+)
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
 )
@@ -106,8 +108,19 @@ def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
     if ctx.budget is None:
         raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    return BudgetedAdmission(ctx.budget, ctx.size_of,
-                             _float(ctx, "pace_window", BUDGETED_PACE_WINDOW))
+    b = ctx.budget
+    return _checked(lambda: ClassPacedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW)), "budgeted")
+
+
+def _budgeted_ranked(ctx: AdmissionContext) -> SSDAdmission:
+    if ctx.budget is None:
+        raise BadInput("admission 'budgeted-ranked' needs a write budget: "
+                       "--ssd-write-budget 1DWPD (or 200MB/s)")
+    b, hl = ctx.budget, ctx.args.get("half_life")
+    return _checked(lambda: RankedBudgetedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
+        None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted-ranked")
 
 
 #: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
@@ -154,6 +167,9 @@ SSD_ADMISSIONS.register("mooncake-on-evict", AdmissionEntry(lambda c: _checked(
 SSD_ADMISSIONS.register("budgeted", AdmissionEntry(_budgeted),
                         "write at DRAM eviction within --ssd-write-budget, reused/returning "
                         "blocks first")
+SSD_ADMISSIONS.register("budgeted-ranked", AdmissionEntry(_budgeted_ranked),
+                        "budgeted, with reused/first-eviction blocks ranked by a decayed use "
+                        "count (tried, not the default)")
 SSD_ADMISSIONS.register("shadow-follow", AdmissionEntry(_shadow_follow),
                         "follow the shadow cache (the field's rules, E2, budgeted) with the "
                         "most recent hits whose writes fit --ssd-write-budget")
@@ -196,7 +212,6 @@ def make_ssd_admission(name: str, ctx: AdmissionContext) -> SSDAdmission:
             adm = RuleAdmission(AdmissionRule.parse(name))
         except BadInput as e:
             raise unknown_admission(name, e) from None
-    if ctx.budget is not None and not isinstance(adm, (BudgetedAdmission,
-                                                       ShadowFollowAdmission)):
+    if ctx.budget is not None and not isinstance(adm, (BudgetSpender, ShadowFollowAdmission)):
         adm = CappedAdmission(adm, ctx.budget, ctx.size_of)
     return adm

@@ -156,3 +156,57 @@ class DemandWindow:
         while log and log[0][0] <= cut:
             self._sum -= log.popleft()[1]
         return self._sum
+
+
+class RankedDemandWindow:
+    """Bytes offered over the last ``window`` by rank: each offer carries a rank bucket
+    (``0 ≤ bucket < buckets``, higher = better evidence) and :meth:`at_least` answers how
+    many of the window's bytes ranked at least as high as a given bucket. A Fenwick tree
+    over the buckets keeps both an offer and a query at O(log buckets) (a budgeted
+    admission asks at every eviction)."""
+
+    __slots__ = ("window", "buckets", "_log", "_tree", "_t", "_sum")
+
+    def __init__(self, window: float, buckets: int) -> None:
+        if not window > 0 or buckets < 1:
+            raise ValueError("window and buckets must be positive")
+        self.window = window
+        self.buckets = buckets
+        self._log: deque[tuple[float, int, int]] = deque()
+        self._tree = [0] * (buckets + 1)
+        self._t = -math.inf
+        self._sum = 0
+
+    def _add(self, bucket: int, size: int) -> None:
+        # stored reversed (best bucket first) so that "at least as good" is a prefix sum
+        i, tree, n = self.buckets - bucket, self._tree, self.buckets
+        while i <= n:
+            tree[i] += size
+            i += i & -i
+
+    def _expire(self, now: float) -> None:
+        self._t = max(self._t, now)
+        log, cut = self._log, self._t - self.window
+        while log and log[0][0] <= cut:
+            _, b, s = log.popleft()
+            self._add(b, -s)
+            self._sum -= s
+
+    def add(self, bucket: int, size: int, now: float) -> None:
+        self._expire(now)
+        self._log.append((self._t, bucket, size))
+        self._add(bucket, size)
+        self._sum += size
+
+    def at_least(self, bucket: int, now: float) -> int:
+        """Bytes offered in ``(now − window, now]`` ranked in ``bucket`` or better."""
+        self._expire(now)
+        i, tree, got = self.buckets - bucket, self._tree, 0
+        while i > 0:
+            got += tree[i]
+            i -= i & -i
+        return got
+
+    def total(self, now: float) -> int:
+        self._expire(now)
+        return self._sum

@@ -53,7 +53,7 @@ from aicache.kv.admission import AdmissionRule, OracleAdmission, SSDAdmission
 from aicache.kv.admissions import (
     SSD_ADMISSIONS, AdmissionContext, make_ssd_admission, unknown_admission,
 )
-from aicache.kv.budgeted_admission import BudgetedAdmission, CappedAdmission
+from aicache.kv.budgeted_admission import BudgetSpender, CappedAdmission
 from aicache.kv.shadow_admission import ShadowFollowAdmission
 from aicache.kv.models import DEFAULT_MODEL, ModelSpec, get_model
 from aicache.kv.promotion import PromotionMode, PromotionParams
@@ -641,7 +641,7 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
         "ssd_write_window_s": budget.window if budget is not None else None,
         "ssd_budget_refusals": budget.refused if budget is not None else None,
         "ssd_budget_max_window_bytes": budget.max_window if budget is not None else None,
-        **(_budgeted_counters(inner) if isinstance(inner, BudgetedAdmission) else {}),
+        **(_budgeted_counters(inner) if isinstance(inner, BudgetSpender) else {}),
         **(inner.stats() if isinstance(inner, ShadowFollowAdmission) else {}),
         "transfer_p10bad_s": _p25bad(tr, 0.10),
         "transfer_p5bad_s": _p25bad(tr, 0.05),
@@ -696,6 +696,6 @@ def simulate_kv(requests: Iterable[KVRequest] | Sequence[_Req], params: KVSimPar
     return KVSimResult(metrics, tt, tr, warns)
 
 
-def _budgeted_counters(adm: BudgetedAdmission) -> dict[str, list[int]]:
+def _budgeted_counters(adm: BudgetSpender) -> dict[str, list[int]]:
     """Candidates offered and admitted per evidence class (returning, reused, first)."""
     return {"budget_candidates": list(adm.offered), "budget_admitted": list(adm.admitted)}
