@@ -138,3 +138,30 @@ def test_auto_takes_obstore_only_where_s3fs_would_use_the_same_settings(
     assert not isinstance(auto_scheme(local, scheme_for(local)), ObstoreS3Scheme)
     monkeypatch.setitem(sys.modules, "obstore", None)
     assert type(auto_scheme(fs(**opts), S3Scheme())) is S3Scheme
+
+
+def test_a_forked_child_reads_the_same_bytes_through_s3fs(s3: S3Server) -> None:  # noqa: F811
+    """obstore's runtime does not survive a fork (a DataLoader's workers fork after the
+    filesystem is made): after the parent read through obstore, a forked child still gets
+    the bytes (through s3fs), instead of waiting forever on the dead runtime."""
+    import os
+    import signal
+
+    fs = _remote(s3)
+    path = f"{BUCKET}/fork/a.bin"
+    data = rand(9, BLOCK + 3)
+    fs.pipe_file(path, data)
+    scheme = obstore_scheme(fs, scheme_for(fs))
+    ident = scheme.identify(fs.info(path))
+    assert scheme.read(fs, path, ident.version, ident.pin, 0, BLOCK) == data[:BLOCK]  # runtime up
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only with the right bytes, killed if it hangs
+        signal.alarm(60)
+        try:
+            child_fs = s3.filesystem()
+            ok = scheme.read(child_fs, path, ident.version, ident.pin, 5, BLOCK + 3) == data[5:]
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -12,7 +12,8 @@ metadata and the version identity (ETag, VersionId) are exactly s3fs's. A read i
 s3fs's is: by ``VersionId`` when the bucket gave one, else by ``If-Match`` on the ETag; a
 missing object or version is :class:`~aicache.datacache.version.VersionGone` ("deleted"), a
 failed precondition the same ("overwritten"). Every other error is raised as it is and the
-engine's retries take it.
+engine's retries take it. obstore's runtime does not survive ``fork``: a forked process (a
+DataLoader worker) reads through s3fs.
 
 Configuration comes from the s3fs filesystem the mount opened: its endpoint, region, key,
 secret and session token. ``--s3-client auto`` (the default) takes obstore only where every
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
     from obstore.store import ClientConfig, S3Config
 
 log = logging.getLogger("aicache.datacache")
+
+#: the process whose calls started obstore's runtime (one per process, in its native code).
+#: Its threads do not survive a fork: a forked process (a DataLoader's worker), which sees
+#: its parent's pid here, reads through s3fs, which fsspec re-creates after a fork.
+_RUNTIME_PID: int | None = None
 
 #: s3fs per-request options obstore does not send: a target using them stays on s3fs
 _S3FS_ONLY = ("RequestPayer", "SSECustomerAlgorithm", "SSECustomerKey", "SSECustomerKeyMD5")
@@ -80,6 +86,12 @@ class ObstoreS3Scheme(S3Scheme):
              end: int) -> bytes:
         if not version.startswith("etag:"):
             return VersionScheme.read(self, fs, path, version, pin, start, end)
+        global _RUNTIME_PID
+        pid = os.getpid()
+        if _RUNTIME_PID != pid:
+            if _RUNTIME_PID is not None:  # started before a fork: dead in this process
+                return S3Scheme.read(self, fs, path, version, pin, start, end)
+            _RUNTIME_PID = pid
         bucket, key, _ = fs.split_path(path)
         options: GetOptions = {"range": (start, end)}
         if pin:
