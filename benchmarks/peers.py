@@ -477,6 +477,8 @@ def all_systems() -> dict[str, System]:
         # default flags without the kernel's page cache across opens (the default keeps it,
         # as JuiceFS does, outside every system's disk budget); not in the default set
         AicacheMount("aicache-nokcache", None, ("--no-kernel-cache",)),
+        # default flags with block reads through obstore (opt-in); not in the default set
+        AicacheMount("aicache-obstore", None, ("--s3-client", "obstore")),
         JuiceFS(), Rclone(), S3fsFuse(),
         FsspecSystem("simplecache", "simplecache", peer=True, uncapped="fsspec's disk caches have no size cap"),
         FsspecSystem("blockcache", "blockcache", peer=True, uncapped="fsspec's disk caches have no size cap"),
@@ -830,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a 1-3 minute smoke run (jobs A, B, C)")
     ap.add_argument("--scale", type=float, default=1.0, help="dataset size factor (default 1)")
     ap.add_argument("--systems", default=None,
-                    help=f"comma list of {', '.join(all_systems())} (default: all but aicache-nokcache)")
+                    help=f"comma list of {', '.join(all_systems())} (default: all but aicache-nokcache and aicache-obstore)")
     ap.add_argument("--jobs", default=None, help="comma list of A,B,C,D,E (default all; --quick: A,B,C)")
     ap.add_argument("--budgets", default=None,
                     help="per job, shares of its files' bytes: 'A=0.67,0.33;C=0.1,0.25' (defaults per job)")

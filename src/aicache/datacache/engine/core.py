@@ -120,6 +120,7 @@ from aicache.datacache.store import (
     open_store,
 )
 from aicache.datacache.version import VersionGone, scheme_for
+from aicache.errors import BadInput
 
 if TYPE_CHECKING:
     from aicache.adaptive.advisor.base import AdvisorSpec
@@ -150,6 +151,13 @@ class CacheEngine:
         self._clock = clock
         #: how this target names versions and reads one version's ranges
         self.versions = scheme_for(target)
+        if p.s3_client in ("auto", "obstore"):
+            from aicache.datacache.native_s3 import auto_scheme, obstore_scheme
+
+            pick = obstore_scheme if p.s3_client == "obstore" else auto_scheme
+            self.versions = pick(target, self.versions)
+        elif p.s3_client != "s3fs":
+            raise BadInput(f"s3_client {p.s3_client!r}: use 'auto', 's3fs' or 'obstore'")
         self._root = root.rstrip("/")
         self.target = target
         #: an UncachedStore when the directory cannot be used (reads then go to the remote)

@@ -73,6 +73,11 @@ class EngineParams:
     #: a reader whose earlier reads form a contiguous run this long gets whole blocks (and
     #: the policy's readahead); a shorter or jumping one gets the pages it reads
     sparse_run: int = 1024 * 1024
+    #: the client of S3 block reads: "auto" (obstore where it can take the target's settings
+    #: over exactly and is installed, else s3fs), "s3fs" (the target's own) or "obstore" (a
+    #: Rust client outside the interpreter; metadata stays on s3fs) — see
+    #: :mod:`aicache.datacache.native_s3`
+    s3_client: str = "auto"
 
     def flight_wait_bound(self) -> float:
         """How long a reader waits on a fetch in flight before fetching itself: twice what
