@@ -126,8 +126,12 @@ def obstore_config(fs: AbstractFileSystem, *, explicit_only: bool
         other = sorted(set(client_kwargs) - {"endpoint_url", "region_name"})
         if other or getattr(fs, "config_kwargs", None) or not getattr(fs, "use_ssl", True):
             return f"client settings only s3fs applies ({', '.join(other) or 'config_kwargs/use_ssl'})"
-    endpoint = client_kwargs.get("endpoint_url") or getattr(fs, "endpoint_url", None)
     env = os.environ
+    # botocore's order: the client's endpoint, then the S3 and the global variables
+    endpoint = (client_kwargs.get("endpoint_url") or getattr(fs, "endpoint_url", None)
+                or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"))
+    if not endpoint and explicit_only and _config_names_endpoint(env):
+        return "an endpoint from the AWS config file (botocore reads it, obstore does not)"
     region = client_kwargs.get("region_name") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     config: S3Config = {}
     client_options: ClientConfig = {}
@@ -158,6 +162,17 @@ def obstore_config(fs: AbstractFileSystem, *, explicit_only: bool
     elif explicit_only:
         return "credentials from botocore's chain (a profile, SSO, an instance role)"
     return config, client_options
+
+
+def _config_names_endpoint(env: os._Environ[str]) -> bool:
+    """Whether the AWS config file botocore reads could set an endpoint (``endpoint_url``
+    anywhere in it): then only botocore knows where requests go."""
+    path = env.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "endpoint_url" in f.read()
+    except OSError:
+        return False
 
 
 def obstore_scheme(fs: AbstractFileSystem, current: VersionScheme) -> VersionScheme:
