@@ -165,3 +165,28 @@ def test_a_forked_child_reads_the_same_bytes_through_s3fs(s3: S3Server) -> None:
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_auto_follows_the_endpoint_botocore_reads_from_the_environment(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # noqa: F811
+    """``AWS_ENDPOINT_URL`` names the store for s3fs (botocore) and so for obstore: a target
+    without an endpoint option reads the same bytes through either; an endpoint that only
+    the AWS config file names keeps s3fs."""
+    fs = _remote(s3)
+    path = f"{BUCKET}/env/e.bin"
+    data = rand(12, BLOCK + 9)
+    fs.pipe_file(path, data)
+    opts = {k: v for k, v in s3.storage_options.items() if k not in ("client_kwargs", "skip_instance_cache")}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    target = fsspec.filesystem("s3", skip_instance_cache=True, **opts)
+    scheme = auto_scheme(target, scheme_for(target))
+    assert isinstance(scheme, ObstoreS3Scheme)
+    ident = scheme.identify(target.info(path))
+    assert scheme.read(target, path, ident.version, ident.pin, 3, BLOCK + 9) == data[3:]
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    (tmp_path / "config").write_text("[default]\nendpoint_url = http://127.0.0.1:1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert type(auto_scheme(fsspec.filesystem("s3", skip_instance_cache=True, **opts),
+                            S3Scheme())) is S3Scheme
