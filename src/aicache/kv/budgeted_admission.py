@@ -85,6 +85,21 @@ class BudgetSpender:
         t0 = now if self.t0 is None else self.t0
         return b.bytes_per_s * (now - t0 + self.pace_window) - b.charged
 
+    def at_eviction(self, node: RadixNode, now: float) -> bool:
+        """Counts the candidate in its class; the subclass's :meth:`decide` says whether
+        it is written."""
+        size = self.size_of(node)
+        if self.t0 is None:
+            self.t0 = now
+        k = evidence_class(node)
+        self.offered[k] += 1
+        ok = self.decide(node, size, k, now)
+        self.admitted[k] += ok
+        return ok
+
+    def decide(self, node: RadixNode, size: int, k: int, now: float) -> bool:
+        raise NotImplementedError
+
     def prewrite_now(self, node: RadixNode, now: float) -> bool:
         return False
 
@@ -142,12 +157,7 @@ class RankedBudgetedAdmission(BudgetSpender):
                                               int((lc - RANK_LOW) * RANK_STEPS))
         return (CLASSES - 1 - evidence_class(node)) * RANK_BUCKETS + inner
 
-    def at_eviction(self, node: RadixNode, now: float) -> bool:
-        size = self.size_of(node)
-        if self.t0 is None:
-            self.t0 = now
-        k = evidence_class(node)
-        self.offered[k] += 1
+    def decide(self, node: RadixNode, size: int, k: int, now: float) -> bool:
         r = self.rank(node, now)
         self._ranked.add(r, size, now)
         if k == 0:
@@ -157,7 +167,6 @@ class RankedBudgetedAdmission(BudgetSpender):
         else:
             better = self._ranked.at_least(r + 1, now)
             ok = size + better <= self.room(now) and self.budget.fits(size, now)
-        self.admitted[k] += ok
         return ok
 
     def on_reference(self, node: RadixNode, now: float) -> None:
@@ -184,12 +193,7 @@ class ClassPacedAdmission(BudgetSpender):
         #: bytes each class offered over the last pace window (its demand)
         self.demand = [DemandWindow(self.pace_window) for _ in range(CLASSES)]
 
-    def at_eviction(self, node: RadixNode, now: float) -> bool:
-        size = self.size_of(node)
-        if self.t0 is None:
-            self.t0 = now
-        k = evidence_class(node)
-        self.offered[k] += 1
+    def decide(self, node: RadixNode, size: int, k: int, now: float) -> bool:
         self.demand[k].add(size, now)
         b = self.budget
         if k == 0:
@@ -197,7 +201,6 @@ class ClassPacedAdmission(BudgetSpender):
         else:
             reserve = sum(d.total(now) for d in self.demand[:k])
             ok = size + reserve <= self.room(now) and b.fits(size, now)
-        self.admitted[k] += ok
         return ok
 
     def on_reference(self, node: RadixNode, now: float) -> None:
