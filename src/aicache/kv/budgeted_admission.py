@@ -1,19 +1,20 @@
 """SSD admission under a write budget (:class:`~aicache.kv.write_budget.WriteBudget`).
 
-Both budgeted admissions write a block only when it leaves DRAM (a block reused while it
+The budgeted admissions write a block only when it leaves DRAM (a block reused while it
 stays in DRAM never costs a write) and sort candidates into three evidence classes:
 
 0. **returning** — evicted before, recomputed, and evicted again (``E_b ≥ 2``): its gaps
    between uses have outlasted DRAM once already. Admitted while the window's writes plus
    the block fit the allowance: a refused returning block is recomputed and comes back,
-   so pacing this class turns one refusal into several prefills.
+   so pacing this class turns one refusal into several prefills (except in
+   :class:`ThresholdBudgetedAdmission`, which ranks it too).
 1. **reused** — reused while in DRAM (``R_b ≥ 1``), first eviction.
 2. **first** — a first eviction with no reuse yet.
 
 Classes 1 and 2 are admitted never ahead of the budget's schedule: everything written so
 far, the block and a reserve must stay within the rate's accrual since the first eviction
 plus one ``pace_window`` of it (``room``). Budget a quiet spell left unspent stays
-available. The two differ in the reserve:
+available. They differ in the reserve:
 
 * :class:`ClassPacedAdmission` (``budgeted``, the default): the reserve is every byte the
   higher classes offered over the last pace window; within a class, first come.
@@ -24,6 +25,9 @@ available. The two differ in the reserve:
   forecast of the better demand to come). Under a tight budget a reused block used often
   and recently goes before one used once long ago; when the better demand leaves room,
   the block is written (its own class's equals and lower ranks reserve nothing).
+* :class:`ThresholdBudgetedAdmission` (``budgeted-threshold``, tried, not the default)
+  puts the returning class under the ranked threshold too, with a share of the window's
+  allowance it may run ahead of the schedule.
 
 The budget is the hard limit (:class:`WriteBudget`'s window invariant): a write that does
 not fit is refused, whatever its rank. :class:`CappedAdmission` puts the same limit on
