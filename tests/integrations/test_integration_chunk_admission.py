@@ -98,12 +98,12 @@ def test_peer_rules_and_seed_rule_decide_offers_through_the_one_registry():
 
 
 def test_a_write_budget_caps_every_offer_window():
-    """``budgeted`` (first offers are weak candidates: paced, within the window) and a
-    capped full duplicate both keep the bytes admitted in every window within the
-    allowance; the registry rejects a budget for an engine-only admission."""
+    """``budgeted`` and ``budgeted-threshold`` (first offers are weak candidates: paced,
+    within the window) and a capped full duplicate all keep the bytes admitted in every
+    window within the allowance; the registry rejects a budget for an engine-only admission."""
     from aicache.kv.write_budget import WriteBudget
 
-    for name in ("budgeted", "full-duplicate"):
+    for name in ("budgeted", "budgeted-threshold", "full-duplicate"):
         budget = WriteBudget(1.0, 100.0)  # 100 B per 100 s
         gate = AdmissionGate(make_admission(name, size_of=lambda n: 10, budget=budget), 10_000)
         times = []

@@ -2,7 +2,8 @@
 window invariant by brute force (every window of the ledger's clock, on random charges
 and through the simulator on small generated traces), the ranked demand window against a
 brute-force sum, and the budgeted admissions' order (the default's classes, first come;
-``budgeted-ranked``'s ranks by class and decayed use count)."""
+``budgeted-ranked``'s ranks by class and decayed use count; ``budgeted-threshold``'s
+decisions against a brute-force reference)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 import aicache.sim.kv as simkv
 from aicache.errors import BadInput
 from aicache.kv.admissions import AdmissionContext, make_ssd_admission
-from aicache.kv.budgeted_admission import ClassPacedAdmission, RankedBudgetedAdmission
+from aicache.kv.budgeted_admission import (
+    ClassPacedAdmission, RankedBudgetedAdmission, ThresholdBudgetedAdmission,
+)
 from aicache.kv.radix import RadixNode
 from aicache.kv.write_budget import (
     RankedDemandWindow, WriteBudget, life_years, parse_write_budget,
@@ -137,10 +140,69 @@ def test_budgeted_ranked_is_one_name_away_and_spends_the_budget_itself() -> None
     b = WriteBudget(1.0, 10.0)
     ctx = AdmissionContext(size_of=lambda n: 1, budget=b)
     d, r = make_ssd_admission("budgeted", ctx), make_ssd_admission("budgeted-ranked", ctx)
+    th = make_ssd_admission("budgeted-threshold", ctx)
     assert isinstance(d, ClassPacedAdmission) and d.label == "budgeted"
     assert isinstance(r, RankedBudgetedAdmission) and r.label == "budgeted-ranked"
-    with pytest.raises(BadInput, match="--ssd-write-budget"):
-        make_ssd_admission("budgeted-ranked", AdmissionContext())
+    assert isinstance(th, ThresholdBudgetedAdmission) and th.label == "budgeted-threshold"
+    for name in ("budgeted-ranked", "budgeted-threshold"):
+        with pytest.raises(BadInput, match="--ssd-write-budget"):
+            make_ssd_admission(name, AdmissionContext())
+    with pytest.raises(BadInput, match="returning_share"):
+        make_ssd_admission("budgeted-threshold", AdmissionContext(
+            size_of=lambda n: 1, budget=b, args={"returning_share": 2}))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_budgeted_threshold_decides_as_a_brute_force_reference(seed: int) -> None:
+    """Every decision of ``budgeted-threshold`` on a random sequence of first stores,
+    reuses and evictions against the rule written out: rank = (2 − class) · 320 + the
+    quarter-log2 bucket of ``Σ 2^(−(now − t_i)/half_life)`` over the block's uses; written
+    iff size + (bytes offered in the last pace window ranked higher) ≤ rate · (now − first
+    eviction + pace) − bytes written + (a quarter of the window's allowance for a
+    returning block), and the window's writes plus the block fit the allowance."""
+    rng = random.Random(seed)
+    pace, rate, window = 100.0, 2.0, 400.0
+    adm = ThresholdBudgetedAdmission(WriteBudget(rate, window), lambda n: n.tokens,
+                                     pace_window=pace)
+    nodes = [RadixNode(i, None, rng.randint(5, 60)) for i in range(12)]
+    uses: dict[RadixNode, list[float]] = {n: [] for n in nodes}
+    offers: list[tuple[float, int, int]] = []
+    writes: list[tuple[float, int]] = []
+    t0: float | None = None
+    t, ahead_only = 0.0, 0
+    for _ in range(400):
+        t += rng.expovariate(0.3)
+        n = rng.choice(nodes)
+        if not uses[n]:                                  # its first store counts one use
+            adm.on_store([n], 0, t, None)
+            uses[n].append(t)
+        elif rng.random() < 0.4:                         # a reuse while in DRAM
+            n.R += 1
+            adm.on_reference(n, t)
+            uses[n].append(t)
+        else:                                            # it leaves DRAM (E_b counted)
+            n.E += 1
+            k = 0 if n.E >= 2 else 1 if n.R >= 1 else 2
+            lc = math.log2(sum(2.0 ** (-(t - u) / pace) for u in uses[n]))
+            rank = (2 - k) * 320 + (0 if lc <= -64 else min(319, int((lc + 64) * 4)))
+            offers.append((t, rank, n.tokens))
+            t0 = t if t0 is None else t0
+            better = sum(s for tt, r, s in offers if tt > t - pace and r > rank)
+            room = rate * (t - t0 + pace) - sum(s for _, s in writes)
+            ahead = 0.25 * rate * window if k == 0 else 0.0
+            in_window = sum(s for tt, s in writes if tt > t - window)
+            want = (n.tokens + better <= room + ahead
+                    and in_window + n.tokens <= rate * window)
+            assert adm.at_eviction(n, t) == want
+            if want:
+                ahead_only += n.tokens + better > room   # only the share let it in
+                adm.on_write(n, n.tokens, t)
+                writes.append((t, n.tokens))
+            if rng.random() < 0.3:                       # recomputed later: a reuse
+                uses[n].append(t)
+                adm.on_reference(n, t)
+    assert sum(adm.admitted) > 0 and sum(adm.offered) > sum(adm.admitted)  # both ways
+    assert adm.offered[0] > 0 and ahead_only > 0
 
 
 def test_budgeted_spends_on_returning_blocks_first() -> None:
@@ -165,8 +227,8 @@ def test_budgeted_spends_on_returning_blocks_first() -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("admission", [None, "budgeted-ranked", "full-duplicate", "sglang-selective",
-                                       "shadow-follow"])
+@pytest.mark.parametrize("admission", [None, "budgeted-ranked", "budgeted-threshold",
+                                       "full-duplicate", "sglang-selective", "shadow-follow"])
 def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, admission):
     """The budget holds over every window of the replay clock, for the budgeted admission
     and for any admission capped by it; the run reports the projected life."""
@@ -180,8 +242,9 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
     monkeypatch.setattr(simkv, "WriteBudget", Recording)
     reqs = prepare(generate_agent(8, seed=seed), 512)
     kw = dict(dram_tokens=100_000, ssd_tokens=2_000_000, session_window=1800.0)
-    unbudgeted = (admission if admission not in (None, "shadow-follow", "budgeted-ranked")
-                  else "full-duplicate")
+    own = {None: "budgeted", "shadow-follow": "shadow-follow",  # spend it themselves
+           "budgeted-ranked": "budgeted-ranked", "budgeted-threshold": "budgeted-threshold"}
+    unbudgeted = admission if admission not in own else "full-duplicate"
     free = simulate_kv(reqs, KVSimParams(admission=unbudgeted, **kw)).metrics
     rate = free["ssd_write_bytes"] / free["duration_s"] / 4  # a quarter of what FD writes
     m = simulate_kv(reqs, KVSimParams(admission=admission, ssd_write_budget=f"{int(rate)}B/s",
@@ -194,8 +257,6 @@ def test_writes_stay_within_the_budget_through_the_simulator(monkeypatch, seed, 
     assert m["ssd_life_years"] == pytest.approx(life_years(
         m["ssd_write_bytes"], m["duration_s"], 2_000_000 * 147_456))
     assert m["ssd_write_budget_bps"] == pytest.approx(int(rate))
-    own = {None: "budgeted", "shadow-follow": "shadow-follow",  # spend it themselves
-           "budgeted-ranked": "budgeted-ranked"}
     assert m["admission"] == own.get(admission, f"{admission}@budget")
 
 

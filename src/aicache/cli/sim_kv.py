@@ -38,7 +38,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                    help="SSD admission instead of --theta-e/--theta-r: E<n>, R<n>, E<n>∨R<m>, "
                         "full-duplicate, or a registered one: sglang-selective, "
                         "vllm-reuse-filter, lmcache-gate, kvbm-frequency, mooncake-on-evict, "
-                        "budgeted, budgeted-ranked (tried, not the default), learned, "
+                        "budgeted, budgeted-ranked, budgeted-threshold (tried, not the "
+                        "default), learned, "
                         "oracle (the offline frontier)")
     p.add_argument("--ssd-write-budget", default=None, metavar="BUDGET",
                    help="SSD writes allowed, on the replay clock: drive writes per day of "

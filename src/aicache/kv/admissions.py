@@ -20,8 +20,10 @@ from aicache.kv.admission import (
     AdmissionRule, LearnedAdmission, OracleAdmission, RuleAdmission, SSDAdmission,
 )
 from aicache.kv.budgeted_admission import PACE_WINDOW as BUDGETED_PACE_WINDOW
+from aicache.kv.budgeted_admission import RETURNING_SHARE
 from aicache.kv.budgeted_admission import (
     BudgetSpender, CappedAdmission, ClassPacedAdmission, RankedBudgetedAdmission,
+    ThresholdBudgetedAdmission,
 )
 from aicache.kv.peer_admission import (
     KVBMFrequency, LMCacheGate, MooncakeOnEvict, SGLangSelective, VLLMReuseFilter,
@@ -123,6 +125,17 @@ def _budgeted_ranked(ctx: AdmissionContext) -> SSDAdmission:
         None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted-ranked")
 
 
+def _budgeted_threshold(ctx: AdmissionContext) -> SSDAdmission:
+    if ctx.budget is None:
+        raise BadInput("admission 'budgeted-threshold' needs a write budget: "
+                       "--ssd-write-budget 1DWPD (or 200MB/s)")
+    b, hl = ctx.budget, ctx.args.get("half_life")
+    return _checked(lambda: ThresholdBudgetedAdmission(
+        b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
+        None if hl is None else _float(ctx, "half_life", 0.0),
+        _float(ctx, "returning_share", RETURNING_SHARE)), "budgeted-threshold")
+
+
 #: the rules :class:`ShadowFollowAdmission` runs as shadows: the field's, SARIA's seed
 #: rule and the budgeted admission (each its own instance, its own ledger)
 SHADOW_RULES = ("sglang-selective", "vllm-reuse-filter", "lmcache-gate", "kvbm-frequency",
@@ -170,6 +183,10 @@ SSD_ADMISSIONS.register("budgeted", AdmissionEntry(_budgeted),
 SSD_ADMISSIONS.register("budgeted-ranked", AdmissionEntry(_budgeted_ranked),
                         "budgeted, with reused/first-eviction blocks ranked by a decayed use "
                         "count (tried, not the default)")
+SSD_ADMISSIONS.register("budgeted-threshold", AdmissionEntry(_budgeted_threshold),
+                        "budgeted-ranked's threshold for every class, returning blocks "
+                        "ranked too with a quarter of the window ahead (tried, not the "
+                        "default)")
 SSD_ADMISSIONS.register("shadow-follow", AdmissionEntry(_shadow_follow),
                         "follow the shadow cache (the field's rules, E2, budgeted) with the "
                         "most recent hits whose writes fit --ssd-write-budget")
