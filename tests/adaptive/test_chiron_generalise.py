@@ -2,7 +2,8 @@
 (docs/design/chiron.md, "Where we depart from the seed"), each against a plain reference:
 
 * fill: while the cache has free space, a miss also asks for the rest of its file (the
-  extent from metadata), capped by the free space; the executor's own prefetch is kept;
+  extent from metadata), capped by the free space and a stride prefetcher's window; the
+  executor's own prefetch is kept;
   never in the ``seed`` set or under a fixed micro-benchmark prefetcher;
 * consumed data is room: a unit that refuses new blocks when full (random executor) still
   admits one while another unit holds read blocks under eager eviction; the seed's does not;
@@ -26,7 +27,7 @@ from aicache.adaptive.executors import EPOCH_COUNT_SPREAD, make_executor
 from aicache.adaptive.gate import ConfidenceGate
 from aicache.policies import PREFETCH
 from aicache.policies.prefetch.neighborhood import NeighborhoodPrefetcher
-from aicache.policies.prefetch.stride import ReadaheadPrefetcher
+from aicache.policies.prefetch.stride import ReadaheadPrefetcher, StridePrefetcher
 
 EXTENTS = {"d/a": (0, 9), "d/b": (10, 29), "d/c": (30, 30)}
 TAU = ConfidenceGate().tau
@@ -42,7 +43,10 @@ def test_fill_asks_for_the_rest_of_the_file_up_to_the_free_space(pattern: str, f
         got = list(ours.on_access("d", b, size, False, float(t), f, free_blocks * size))
         own = list(plain.on_access("d", b, size, False, float(t), f, free_blocks * size))
         lo, hi = EXTENTS[f]
-        rest = [x for x in range(b + 1, hi + 1)][:free_blocks]
+        # no further than a stride prefetcher's window: the fetches share the remote
+        pf = ours.prefetcher
+        cap = min(free_blocks, pf.depth) if isinstance(pf, StridePrefetcher) else free_blocks
+        rest = [x for x in range(b + 1, hi + 1)][:cap]
         assert got == own + rest
     # a hit fetches nothing extra (the block is resident, so its file was seen)
     ours.on_insert(15, size, 9.0, False)
@@ -305,8 +309,9 @@ def test_readers_of_their_own_files_do_not_read_ahead_into_another_file() -> Non
         for k in range(36):
             b = (k % 3) * 12 + k // 3
             out = sys_.on_access(file_of[b], b, 1, b in sys_.sizes, k * 0.01)
-            # (an id past the last file is no file's: the driver skips it)
-            assert all(file_of.get(x) in (None, file_of[b]) for x in out), (pattern, b, list(out))
+            # an id past the last file is no file's: never granted (it would hold a share
+            # of the cache's unread prefetches for good)
+            assert all(file_of.get(x) == file_of[b] for x in out), (pattern, b, list(out))
             asked += sum(x in file_of for x in out)
             for x in (b, *out):
                 if x not in sys_.sizes and sys_.admit(file_of[b], x, 1, sys_.used, k * 0.01):
@@ -322,7 +327,9 @@ def test_unread_prefetches_stay_within_the_share_the_eviction_protects(seed: int
     flight at once), three streams filling and reading ahead in parallel under the default
     executor: after every event, the prefetches granted and not read (in flight or stored
     unread), counted by a brute-force ledger, take at most half the capacity, and the
-    controller's running byte counts equal the ledger's."""
+    controller's running byte counts equal the ledger's; each grant leaves the file that
+    asked with at most its part of that half (split between the files read lately), and
+    the per-file counts equal a recount of the blocks granted for each file."""
     rng = random.Random(seed)
     extents, file_of = _files(6, 10)
     cap = 16
@@ -331,6 +338,7 @@ def test_unread_prefetches_stay_within_the_share_the_eviction_protects(seed: int
     flying: list[tuple[int, int]] = []  # (lands at step, block)
     granted: set[int] = set()  # the ledger: granted, not yet read or gone
     pos = {0: 0, 1: 20, 2: 40}
+    split = 0  # grants made while several files were being read
     for step in range(400):
         for t, x in [f for f in flying if f[0] <= step]:
             flying.remove((t, x))
@@ -348,7 +356,13 @@ def test_unread_prefetches_stay_within_the_share_the_eviction_protects(seed: int
         pos[s] = b + 1 if b + 1 < s * 20 + 20 else s * 20
         hit = b in sys_.sizes
         granted.discard(b)
+        before = sys_._owned.get(file_of[b], 0)
         out = sys_.on_access(file_of[b], b, 1, hit, step)
+        readers = len(set(sys_._recent))  # the files of the latest reads
+        if sys_._owned.get(file_of[b], 0) > before and readers > 1:
+            # a grant leaves its file at most its part of the share (one block at least)
+            assert sys_._owned[file_of[b]] <= max(1, (cap // 2) // readers), (step, b)
+            split += 1
         if not hit and all(f[1] != b for f in flying):
             if sys_.admit(file_of[b], b, 1, sys_.used, step):
                 while sys_.used + 1 > cap:
@@ -362,6 +376,13 @@ def test_unread_prefetches_stay_within_the_share_the_eviction_protects(seed: int
         assert len(pending) <= cap // 2, (step, sorted(pending))
         assert sys_._unread_bytes == len(sys_.unread)
         assert sys_._flying_bytes == len(sys_._flying)
+        # the per-file ledger, recounted: each entry a block in flight or unread
+        assert all(x in sys_._flying or x in sys_.unread for x in sys_._owner), step
+        recount: dict[str, int] = {}
+        for f in sys_._owner.values():
+            recount[f] = recount.get(f, 0) + 1
+        assert sys_._owned == recount, step
+    assert split > 0
 
 
 def test_unread_last_eviction_takes_read_blocks_first_up_to_half() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -263,3 +264,41 @@ def test_readahead_streams_follow_two_interleaved_files():
     single = ReadaheadPrefetcher(init_depth=2)
     assert all(not list(single.on_access("d", b, False, float(i)))
                for i, b in enumerate([0, 100, 1, 101, 2, 102]))
+
+
+@pytest.mark.parametrize("cls", [ReadaheadStreamsPrefetcher, StreamsStridePrefetcher])
+def test_readers_starting_together_on_neighbouring_files_keep_their_own_streams(cls):
+    """Three readers start on three 8-block files of one unit (ids 16.., 8.., 0.., the
+    order the first reads arrived in the peers benchmark), then take turns. Each read's
+    prefetches stay ahead of it inside its own file's walk, and every walk is read ahead
+    (a stream that took in the others' first reads would see no stride)."""
+    p = cls(init_depth=2)
+    starts = [16, 8, 0]
+    reads = starts + [s + k for k in range(1, 6) for s in starts]
+    asked: dict[int, set[int]] = {s: set() for s in starts}
+    for i, b in enumerate(reads):
+        s = max(x for x in starts if x <= b)
+        out = list(p.on_access("d", b, False, float(i)))
+        assert all(b < x <= s + 7 for x in out), (b, out)
+        asked[s].update(out)
+    assert all(asked[s] for s in starts), asked
+
+
+@pytest.mark.parametrize("cls", [ReadaheadPrefetcher, ReadaheadStreamsPrefetcher])
+def test_a_withheld_block_is_asked_for_again_on_the_next_read(cls):
+    """The cache withheld the window's last blocks: the stream's next read asks for them
+    again (before, its frontier had moved past them and they were never asked for)."""
+    p = cls(init_depth=4, min_depth=4, max_depth=4)
+    for i, b in enumerate([0, 1]):
+        out = list(p.on_access("d", b, False, float(i)))
+    assert out == [2, 3, 4, 5]
+    for x in (4, 5):
+        p.withheld("d", x)
+    assert list(p.on_access("d", 2, False, 2.0)) == [4, 5, 6]
+    ref = cls(init_depth=4, min_depth=4, max_depth=4)  # nothing withheld: one new block
+    for i, b in enumerate([0, 1, 2]):
+        got = list(ref.on_access("d", b, False, float(i)))
+    assert got == [6]
+    p.withheld("other", 7)  # another unit's stream: no effect
+    p.withheld("d", 99)  # not in the window: no effect
+    assert list(p.on_access("d", 3, False, 3.0)) == [7]

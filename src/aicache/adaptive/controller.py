@@ -76,6 +76,8 @@ from aicache.errors import BadInput
 _EMPTY: tuple[int, ...] = ()
 #: a "small" step, as in the analyzer's small jump ratio (0 < |delta| <= 5)
 SMALL_STEP = 5
+#: the files of this many latest reads are the readers the unread share is split between
+RECENT_READS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +360,14 @@ class ChironSystem(DataCacheSystem):
         #: bound what prefetches not read yet may take (``_within_share``): the ``ours``
         #: executor set's rule, with or without the prefetch credit; the seed's set never
         self._unread_share = p.executors == "ours"
+        #: the files of the last ``RECENT_READS`` reads and how often each appears: the
+        #: readers the unread share is split between (``_within_share``)
+        self._recent: deque[str] = deque(maxlen=RECENT_READS)
+        self._recent_count: dict[str, int] = {}
+        #: a granted prefetch still in flight or unread -> the file whose read asked for
+        #: it, and how many such blocks each file has (the share rule only)
+        self._owner: dict[int, str] = {}
+        self._owned: dict[str, int] = {}
         self._victim = -1  # the last block ``victim`` named, and its unit
         self._victim_unit: _Unit | None = None
         self._next_tick = float("-inf")
@@ -448,18 +458,28 @@ class ChironSystem(DataCacheSystem):
         flying = self._flying
         if flying:
             self._land(block)
+        if self._unread_share:
+            self._note_reader(unit)
         out = u.executor.on_access(u.name, block, size, hit, now, unit,
                                    self.capacity - self.used - self._flying_bytes)
+        file_of = self._file_of
+        if out and file_of is not None and any(file_of(b) is None for b in out):
+            # a block of no file (past the last file's blocks, say) is never fetched nor
+            # read, so a grant of it would hold its bytes in flight, and out of the unread
+            # share, for good
+            out = [b for b in out if file_of(b) is not None]
         cr = u.credit
         if cr is None:
             if out and self._unread_share:
-                out = self._within_share(out, size, u.executor.unread_share)
-            return self._fly(out, size)
+                asked = out
+                out = self._within_share(out, size, u.executor.unread_share, unit)
+                if out is not asked:
+                    self._withheld(u, asked, out)
+            return self._fly(out, size, unit)
         if not hit:
             cr.missed(block)
         if not out:
             return out
-        file_of = self._file_of
         if file_of is not None:
             if (u.pattern is None or u.pattern == "sequential") and u.crossing:
                 # reads ahead inside its unit: past the last file of a dataset folder come
@@ -476,17 +496,48 @@ class ChironSystem(DataCacheSystem):
                 # a unit whose reads have not crossed files in order
                 out = [b for b in out if (f := file_of(b)) is None or f == unit]
         if self._unread_share:
-            out = self._within_share(out, size, u.executor.unread_share)
-        return self._fly(cr.grant(out, self.sizes), size)
+            asked = out
+            out = self._within_share(out, size, u.executor.unread_share, unit)
+            if out is not asked:
+                self._withheld(u, asked, out)
+        return self._fly(cr.grant(out, self.sizes), size, unit)
 
-    def _within_share(self, blocks: Sequence[int], size: int, share: float) -> Sequence[int]:
+    def _withheld(self, u: _Unit, asked: Sequence[int], granted: Sequence[int]) -> None:
+        """Tell ``u``'s executor which of the blocks it asked for the share withheld."""
+        kept = set(granted)
+        u.executor.withheld(u.name, [b for b in asked if b not in kept])
+
+    def _note_reader(self, file: str) -> None:
+        """Count ``file`` among the files of the last ``RECENT_READS`` reads."""
+        recent, count = self._recent, self._recent_count
+        if len(recent) == recent.maxlen:
+            old = recent[0]
+            c = count[old] - 1
+            if c:
+                count[old] = c
+            else:
+                del count[old]
+        recent.append(file)
+        count[file] = count.get(file, 0) + 1
+
+    def _within_share(self, blocks: Sequence[int], size: int, share: float,
+                      file: str) -> Sequence[int]:
         """The part of ``blocks`` that keeps the prefetches not read yet (stored unread,
         in flight, of every unit) within ``share`` of the capacity: the share the
         executor's eviction keeps from being evicted before read blocks
         (:attr:`~aicache.adaptive.executors.Executor.unread_share`), so that a grant is
         not a fetch made twice. Blocks already held or in flight pass. Free space is no
-        exception: concurrent streams' demand reads take it, and then evict."""
-        room = int(self.capacity * share) - self._unread_bytes - self._flying_bytes
+        exception: concurrent streams' demand reads take it, and then evict.
+
+        The reads of one file hold at most the share over the number of files read lately
+        (at least one block) of these grants: readers of several files split the share
+        instead of the first to ask taking all of it, which would leave the others' reads
+        waiting on their own fetches while its prefetches wait to be read."""
+        total = int(self.capacity * share)
+        room = total - self._unread_bytes - self._flying_bytes
+        readers = len(self._recent_count)
+        if readers > 1:
+            room = min(room, max(size, total // readers) - self._owned.get(file, 0) * size)
         flying, sizes = self._flying, self.sizes
         out: list[int] | None = None
         for i, b in enumerate(blocks):
@@ -503,17 +554,34 @@ class ChironSystem(DataCacheSystem):
                 out.append(b)
         return blocks if out is None else out
 
-    def _fly(self, blocks: Sequence[int], size: int) -> Sequence[int]:
+    def _fly(self, blocks: Sequence[int], size: int, file: str = "") -> Sequence[int]:
         """Charge ``blocks`` (granted prefetches) as in flight at ``size`` bytes each (the
         size of the block read: its file's block size; a file's last block may be smaller,
-        so free space is under-, never over-stated)."""
+        so free space is under-, never over-stated), asked for by a read of ``file``."""
         if blocks:
             flying, sizes = self._flying, self.sizes
+            own = self._unread_share and file
             for b in blocks:
                 if b not in flying and b not in sizes:
                     flying[b] = size
                     self._flying_bytes += size
+                    if own and b not in self._owner:
+                        self._owner[b] = file
+                        self._owned[file] = self._owned.get(file, 0) + 1
         return blocks
+
+    def _release(self, block: int) -> None:
+        """``block`` no longer counts for the file that asked for it once it is neither in
+        flight nor unread. Invariant: ``_owned[f]`` is the number of ``_owner`` entries
+        naming ``f``, each a block in ``_flying`` or ``unread``."""
+        f = self._owner.get(block)
+        if f is not None and block not in self._flying and block not in self.unread:
+            del self._owner[block]
+            c = self._owned[f] - 1
+            if c:
+                self._owned[f] = c
+            else:
+                del self._owned[f]
 
     def _was_read(self, block: int) -> None:
         """``block`` leaves ``unread`` (read, evicted or removed; call before ``sizes``
@@ -521,11 +589,15 @@ class ChironSystem(DataCacheSystem):
         if block in self.unread:
             self.unread.discard(block)
             self._unread_bytes -= self.sizes[block]
+            if self._owner:
+                self._release(block)
 
-    def _land(self, block: int) -> None:
+    def _land(self, block: int, release: bool = True) -> None:
         s = self._flying.pop(block, None)
         if s is not None:
             self._flying_bytes -= s
+            if release and self._owner:
+                self._release(block)
 
     def use_metadata(self, extent_of: Callable[[str], tuple[int, int] | None],
                      file_of: Callable[[int], str | None] | None = None) -> None:
@@ -582,9 +654,11 @@ class ChironSystem(DataCacheSystem):
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         if self._flying:
-            self._land(block)
+            self._land(block, release=False)  # a prefetch stays its file's while unread
         u = self._unit(unit, now)
         if not u.executor.on_insert(block, size, now, prefetched):
+            if self._owner:
+                self._release(block)
             return False
         self.block_unit[block] = u
         self.sizes[block] = size
@@ -592,6 +666,8 @@ class ChironSystem(DataCacheSystem):
         if prefetched:
             self.unread.add(block)
             self._unread_bytes += size
+        if self._owner:
+            self._release(block)
         return True
 
     def held(self) -> Collection[int]:

@@ -55,6 +55,7 @@ from aicache.policies import EVICTION, PREFETCH
 from aicache.policies.base import EvictionPolicy, PrefetchPolicy
 from aicache.policies.eviction.eager import EagerEviction, SeedEagerEviction
 from aicache.policies.eviction.slru import AdaptiveSLRU
+from aicache.policies.prefetch.stride import StridePrefetcher
 from aicache.registry import Registry
 
 #: the most two items' read counts can differ over a run of reads made of shuffled epochs
@@ -149,8 +150,9 @@ class Executor:
 
         Fill: while the cache has free space, a block fetched now evicts nothing, so a miss
         also asks for the rest of its file (up to the free space; the extent comes from
-        metadata, as a stat gives it). What fits costs no hit and may save a miss; the
-        executor's own prefetch decides again once the cache is full."""
+        metadata, as a stat gives it), no further than a stride prefetcher's window. What
+        fits costs no hit and may save a miss; the executor's own prefetch decides again
+        once the cache is full."""
         ev = self.eviction
         if hit:
             ev.on_hit(block, size, now)
@@ -163,7 +165,21 @@ class Executor:
         if ext is None or ext[1] <= block:
             return out
         n = min(ext[1] - block, free // max(size, 1))
+        pf = self.prefetcher
+        if isinstance(pf, StridePrefetcher):
+            # no further ahead than the readahead window: free space costs no eviction, but
+            # the fetches share the remote with every other reader's, and one file's whole
+            # rest at once would hold the others' next blocks behind it
+            n = min(n, pf.depth)
         return [*out, *range(block + 1, block + 1 + n)] if n > 0 else out
+
+    def withheld(self, stream: Hashable, blocks: Sequence[int]) -> None:
+        """``blocks`` of the last :meth:`on_access` answer in ``stream`` were not granted:
+        a stride prefetcher asks for them again on the stream's next read."""
+        pf = self.prefetcher
+        if isinstance(pf, StridePrefetcher):
+            for b in blocks:
+                pf.withheld(stream, b)
 
     def on_insert(self, block: int, size: int, now: float, prefetched: bool) -> bool:
         """False: the eviction policy declined the block (S3-FIFO)."""

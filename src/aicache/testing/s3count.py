@@ -160,9 +160,11 @@ class CountingMiddleware:
 
 
 def keep_values_in_memory() -> None:
-    """Make moto's object value a cached ``bytes`` (module docstring): the getter returns
-    the same object until the setter replaces it. Invariant: the cache is either None or
-    equal to the buffer's content, since the setter is the only writer of the buffer."""
+    """Make moto's object value a kept ``bytes`` (module docstring): the setter keeps the
+    value it writes, and the getter returns that object. Invariant: the kept value is either
+    None or equal to the buffer's content, since the setter is the only writer of the buffer.
+    A value kept lazily (an object put before this ran) is read once, under a lock: racing
+    first GETs of a large object would each read all of it."""
     from moto.s3.models import FakeKey
 
     prop = FakeKey.__dict__.get("value")
@@ -172,16 +174,24 @@ def keep_values_in_memory() -> None:
         return
     getter, setter = prop.fget, prop.fset
 
+    fill = threading.Lock()  # one whole read per object, not one per racing GET
+
     def get_value(self: Any) -> bytes:
         kept: bytes | None = self.__dict__.get("_aicache_value")
         if kept is None:
-            kept = getter(self)
-            self.__dict__["_aicache_value"] = kept
+            with fill:
+                kept = self.__dict__.get("_aicache_value")
+                if kept is None:
+                    kept = getter(self)
+                    self.__dict__["_aicache_value"] = kept
         return kept
 
-    def set_value(self: Any, new_value: bytes) -> None:
+    def set_value(self: Any, new_value: bytes | str) -> None:
         self.__dict__["_aicache_value"] = None
         setter(self, new_value)
+        # Kept at once (as the setter encodes it), so no GET ever reads the spooled buffer.
+        self.__dict__["_aicache_value"] = (new_value.encode() if isinstance(new_value, str)
+                                           else bytes(new_value))
 
     setattr(FakeKey, "value", property(get_value, set_value))
     setattr(FakeKey, "_aicache_kept", True)

@@ -68,8 +68,11 @@ class FakeRemote:
     def ls(self, path: str) -> list[dict[str, Any]]:
         self.calls["ls"] += 1
         base = path.rstrip("/")
+        subdirs = sorted({p[len(base) + 1:].split("/", 1)[0] for p in self.files
+                          if p.startswith(base + "/") and "/" in p[len(base) + 1:]})
         return [_record(p, *v) for p, v in sorted(self.files.items())
-                if p.rsplit("/", 1)[0] == base]
+                if p.rsplit("/", 1)[0] == base] + [
+            {"name": f"{base}/{d}", "size": 0, "type": "directory"} for d in subdirs]
 
     def find(self, path: str, maxdepth: int | None = None,
              withdirs: bool = False) -> dict[str, dict[str, Any]]:
@@ -117,6 +120,23 @@ def test_metadata_is_reused_within_the_ttl_and_asked_again_past_it() -> None:
     again = cache.stat("d/a")  # one request (its folder's listing, or a HEAD)
     assert (again.size, again.version) == (20, "ETag:v2")
     assert remote.calls["info"] + remote.calls["ls"] == asked + 1
+
+
+def test_a_folder_listed_once_answers_its_subfolders_info() -> None:
+    """A mount looks a path up folder by folder: the listing made for the first lookup in
+    a folder answers ``info`` (FUSE ``getattr``) of its subfolders too, as of its files
+    (a subfolder took a HEAD and a listing of its own, two round trips, before the first
+    byte of a job)."""
+    files = {"b/data/large/s0": (10, "e0"), "b/data/large/s1": (10, "e1"), "b/data/top": (5, "t")}
+    cache, remote, _, clock = _metadata(files)
+    assert cache.info("b/data/top")["size"] == 5  # lists b/data once
+    assert remote.calls["ls"] == 1 and remote.calls["info"] == 0
+    got = cache.info("b/data/large")
+    assert got is not None and got["type"] == "directory"
+    assert remote.calls["info"] == 0 and remote.calls["ls"] == 1
+    clock.t = 10.0  # past the TTL: asked again
+    assert cache.info("b/data/large")["type"] == "directory"
+    assert remote.calls["info"] + remote.calls["ls"] == 2
 
 
 def test_a_missing_path_is_remembered_for_the_ttl() -> None:

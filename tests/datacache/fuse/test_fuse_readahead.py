@@ -72,3 +72,19 @@ def test_real_mount_gets_the_readahead_window_and_serves_exact_bytes(tmp_path: P
             while chunk := f.read(4 << 20):
                 h.update(chunk)
         assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_the_window_is_in_force_when_the_first_open_returns(tmp_path: Path) -> None:
+    """The kernel copies the mount's window into a file when its open returns, so a file
+    opened right after mounting must already get the raised window: the first open sets
+    it (without waiting for the background setter) before it answers."""
+    assert os.geteuid() == 0, "the FUSE tests run as root (see README)"
+    data = os.urandom(3 * 1024 * 1024)
+    with mounted_file(tmp_path, "big.bin", data, "--block-size", "2MiB", "--policy", "lru"
+                      ) as (mnt, _):
+        dev = mount_device(os.path.realpath(mnt))
+        assert dev is not None
+        knob = Path("/sys/class/bdi") / dev / "read_ahead_kb"
+        with open(mnt / "big.bin", "rb", buffering=0) as f:
+            assert int(knob.read_text()) >= 2048  # no wait: the open set it
+            assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()

@@ -298,11 +298,16 @@ class MetadataCache:
     def _adopt_listing(self, entries: Iterable[tuple[str, dict[str, Any]]],
                        asked: float) -> list[tuple[str, int]]:
         """Cache the metadata of the files among listing ``entries`` (name, detail) seen at
-        ``asked``, keeping fresher entries already cached; their (path, size). Caller holds
-        ``_lock``."""
+        ``asked``, and the ``info`` of its files and subfolders, keeping fresher entries
+        already cached; the files' (path, size). Caller holds ``_lock``."""
         files: list[tuple[str, int]] = []
         for name, e in entries:
             if e.get("type") != "file":
+                if e.get("type") == "directory":  # a subfolder's info, as its files' below
+                    name = self.remote.strip(name).rstrip("/")
+                    old = self._info.get(name)
+                    if name and (old is None or old[1] < asked):
+                        self._info[name] = (e, asked)
                 continue
             name = self.remote.strip(name)
             try:

@@ -51,8 +51,11 @@ log = logging.getLogger("aicache.fuse")
 
 #: kernel attribute/entry cache timeout when the mount has no metadata TTL to follow
 DEFAULT_TIMEOUT_S = 1.0
-#: worker threads for requests that wait on the remote (a fetch per concurrent miss)
-DEFAULT_WORKERS = 8
+#: worker threads for requests that wait on the remote. A reader's requests inside the
+#: kernel's readahead window (four or five of ~1 MiB for a 4 MiB block) all wait on the
+#: same block's fetch, so 8 held two readers' windows and queued a third reader's first
+#: request behind them; a waiting thread costs a stack, not a fetch
+DEFAULT_WORKERS = 32
 #: the signals that unmount (as libfuse's own handlers take them)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

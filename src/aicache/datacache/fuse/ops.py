@@ -101,6 +101,7 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         self._readahead_kb = readahead_kb
         #: the kernel readahead window set after mounting (None: not set / not possible)
         self.readahead_kb: int | None = None
+        self._ra_tried = False  # an open tried to set it (once: a failure is not retried)
         self._on_init = on_init
         self.engine: CacheEngine | None = None
         self.root = root.rstrip("/")
@@ -137,6 +138,8 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         set earlier): set it, and check once more that it stuck."""
         for _ in range(20):
             time.sleep(0.25)
+            if self.readahead_kb is not None:  # an open set it first
+                return
             # started by init() only when there is a mountpoint
             got = raise_readahead(self._mountpoint, self._readahead_kb)  # type: ignore[arg-type]  # see above
             if got is None:
@@ -147,6 +150,26 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
                 self.readahead_kb = again
                 log.info("kernel readahead of %s: %d KiB", self._mountpoint, again)
                 return
+
+    def _readahead_before_open(self) -> None:
+        """Set the mount's readahead window now if it is not yet. The kernel copies the
+        mount's window into a file when its open returns, so files opened before
+        :meth:`_set_readahead` ran would read with the kernel's default (128 KiB requests,
+        8x the requests per block) for as long as they stay open. By the first open the
+        INIT reply has been applied (the kernel holds every request until it is), so a
+        window set now sticks."""
+        if self.readahead_kb is not None or self._ra_tried or not self._mountpoint:
+            return
+        if self._readahead_kb <= 0:
+            return
+        with self._lock:
+            if self._ra_tried:
+                return
+            self._ra_tried = True
+        got = raise_readahead(self._mountpoint, self._readahead_kb)
+        if got is not None and got >= self._readahead_kb:
+            self.readahead_kb = got
+            log.info("kernel readahead of %s: %d KiB", self._mountpoint, got)
 
     def destroy(self, path: str) -> None:
         self._fds.close_all()
@@ -254,6 +277,7 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         if info is not None and int(info.get("size") or 0) != meta.size:
             self.engine.forget_info(self._remote_path(path))  # they predate this version
         rp, v = meta.path, meta.version
+        self._readahead_before_open()
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1

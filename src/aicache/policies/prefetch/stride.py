@@ -136,6 +136,25 @@ class StridePrefetcher(PrefetchPolicy):
         st.frontier = block + step * depth
         return out
 
+    def withheld(self, unit: Hashable, block: int) -> None:
+        """``block``, asked for by the last read of its stream in ``unit``, was not granted
+        (the cache's share for unread prefetches was taken): the stream's frontier moves
+        back before it, so that the stream's next read asks for it again. Without this a
+        stream whose window was cut would go without readahead until its reads pass the
+        frontier."""
+        for st in self._streams_of(unit):
+            fr, step = st.frontier, st.step
+            if fr is None or not step:
+                continue
+            ahead, rem = divmod(block - st.last, step)
+            if rem == 0 and 0 < ahead and (fr - block) // step >= 0:
+                st.frontier = block - step
+                return
+
+    def _streams_of(self, unit: Hashable) -> Sequence[_Stream]:
+        st = self._streams.get(unit)
+        return (st,) if st is not None else ()
+
     # -- feedback ------------------------------------------------------------------------
     def on_prefetch_used(self, block: int, now: float) -> None:
         if self.adaptive and self.depth < self.max_depth:
@@ -196,10 +215,12 @@ class StreamsStridePrefetcher(StridePrefetcher):
     Per unit it keeps up to ``sessions`` streams. A read continues the stream whose last
     block it is nearest to *in that stream's direction* (a step the stream has not taken
     the other way), within ``reach`` blocks; a re-read of a stream's last block continues
-    it too. A read no stream reaches starts a new one, which replaces the stream least
-    recently continued. With one reader this is :class:`StridePrefetcher` (its stream is
-    always the nearest); with readers interleaved, each keeps its own steps, where a single
-    stream per unit would see the jumps between them and find no stride. ``sessions``
+    it too. A stream with no step yet is not continued backwards by more than one block
+    while a session is free (readers starting together on neighbouring files start a
+    stream each). A read no stream reaches starts a new one, which replaces the stream least
+    recently continued. With one session this is :class:`StridePrefetcher`; with readers
+    interleaved, each keeps its own steps, where a single stream per unit would see the
+    jumps between them and find no stride. ``sessions``
     bounds the state per unit; ``reach`` (the deepest window, ``max_depth``, by default)
     is how far apart two reads of one stream may land when the reader skips blocks
     another process or an earlier pass left in the cache.
@@ -220,14 +241,22 @@ class StreamsStridePrefetcher(StridePrefetcher):
     def on_access(self, unit: Hashable, block: int, hit: bool, now: float) -> Sequence[int]:
         streams = self._sets.get(unit)
         if streams is None:
-            self._sets[unit] = [_Stream(block, self.history)]
-            return _EMPTY
+            streams = self._sets[unit] = []
         best: _Stream | None = None
         best_d = self.reach + 1
+        locked = self.locked_step
+        room = len(streams) < self.sessions
         for st in streams:
             d = block - st.last
             ad = d if d >= 0 else -d
             if ad >= best_d:
+                continue
+            if d < 0 and (locked is not None and locked > 0 or room and not st.step and d < -1):
+                # a stream goes one way: readahead only forward, and while a session is free
+                # a stream with no step yet takes a backward read only as the next block of a
+                # reverse scan. Readers that start together on neighbouring files (parallel
+                # shards, a few blocks apart) each start their own stream instead of all
+                # joining the first one's, which would see no stride
                 continue
             # a stream with a known direction is continued only along it
             if d and st.step and (d > 0) != (st.step > 0):
@@ -243,6 +272,9 @@ class StreamsStridePrefetcher(StridePrefetcher):
             streams.append(best)
         return self._advance(best, block)
 
+    def _streams_of(self, unit: Hashable) -> Sequence[_Stream]:
+        return self._sets.get(unit, ())
+
     def reset(self) -> None:
         super().reset()
         self._sets.clear()
@@ -250,7 +282,7 @@ class StreamsStridePrefetcher(StridePrefetcher):
 
 class ReadaheadStreamsPrefetcher(StreamsStridePrefetcher):
     """JuiceFS-like readahead (step +1, AIMD depth) per stream of a unit
-    (:class:`StreamsStridePrefetcher`)."""
+    (:class:`StreamsStridePrefetcher`). Streams only go forward."""
 
     name = "readahead-streams"
 
