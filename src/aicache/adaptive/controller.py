@@ -53,7 +53,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aicache.adaptive.advisor.base import (
     TRIGGER_CHR_ANOMALY,
@@ -78,6 +78,20 @@ _EMPTY: tuple[int, ...] = ()
 SMALL_STEP = 5
 #: the files of this many latest reads are the readers the unread share is split between
 RECENT_READS = 64
+
+_K = TypeVar("_K")
+
+
+def _forget_oldest(window: deque[_K], counts: dict[_K, int]) -> None:
+    """Before an append to the full bounded ``window``: take its oldest item (the one the
+    append pushes out) off ``counts``, the multiset of ``window``'s items."""
+    if len(window) == window.maxlen:
+        old = window[0]
+        c = counts[old] - 1
+        if c:
+            counts[old] = c
+        else:
+            del counts[old]
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,13 +438,7 @@ class ChironSystem(DataCacheSystem):
         w = u.window
         if self._track_counts:
             counts = u.counts
-            if len(w) == w.maxlen:
-                old = w[0]
-                c = counts[old] - 1
-                if c:
-                    counts[old] = c
-                else:
-                    del counts[old]
+            _forget_oldest(w, counts)
             c = counts.get(block, 0)
             u.round_reuse += c > 0
             counts[block] = c + 1
@@ -510,13 +518,7 @@ class ChironSystem(DataCacheSystem):
     def _note_reader(self, file: str) -> None:
         """Count ``file`` among the files of the last ``RECENT_READS`` reads."""
         recent, count = self._recent, self._recent_count
-        if len(recent) == recent.maxlen:
-            old = recent[0]
-            c = count[old] - 1
-            if c:
-                count[old] = c
-            else:
-                del count[old]
+        _forget_oldest(recent, count)
         recent.append(file)
         count[file] = count.get(file, 0) + 1
 

@@ -106,30 +106,29 @@ def _oracle(ctx: AdmissionContext) -> SSDAdmission:
     return OracleAdmission(ctx.prompts)
 
 
-def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
+def _budget_of(ctx: AdmissionContext, name: str) -> WriteBudget:
+    """The write budget a budgeted rule ``name`` needs (a one-line error without one)."""
     if ctx.budget is None:
-        raise BadInput("admission 'budgeted' needs a write budget: --ssd-write-budget "
+        raise BadInput(f"admission '{name}' needs a write budget: --ssd-write-budget "
                        "1DWPD (or 200MB/s)")
-    b = ctx.budget
+    return ctx.budget
+
+
+def _budgeted(ctx: AdmissionContext) -> SSDAdmission:
+    b = _budget_of(ctx, "budgeted")
     return _checked(lambda: ClassPacedAdmission(
         b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW)), "budgeted")
 
 
 def _budgeted_ranked(ctx: AdmissionContext) -> SSDAdmission:
-    if ctx.budget is None:
-        raise BadInput("admission 'budgeted-ranked' needs a write budget: "
-                       "--ssd-write-budget 1DWPD (or 200MB/s)")
-    b, hl = ctx.budget, ctx.args.get("half_life")
+    b, hl = _budget_of(ctx, "budgeted-ranked"), ctx.args.get("half_life")
     return _checked(lambda: RankedBudgetedAdmission(
         b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
         None if hl is None else _float(ctx, "half_life", 0.0)), "budgeted-ranked")
 
 
 def _budgeted_threshold(ctx: AdmissionContext) -> SSDAdmission:
-    if ctx.budget is None:
-        raise BadInput("admission 'budgeted-threshold' needs a write budget: "
-                       "--ssd-write-budget 1DWPD (or 200MB/s)")
-    b, hl = ctx.budget, ctx.args.get("half_life")
+    b, hl = _budget_of(ctx, "budgeted-threshold"), ctx.args.get("half_life")
     return _checked(lambda: ThresholdBudgetedAdmission(
         b, ctx.size_of, _float(ctx, "pace_window", BUDGETED_PACE_WINDOW),
         None if hl is None else _float(ctx, "half_life", 0.0),
@@ -143,10 +142,7 @@ SHADOW_RULES = ("sglang-selective", "vllm-reuse-filter", "lmcache-gate", "kvbm-f
 
 
 def _shadow_follow(ctx: AdmissionContext) -> SSDAdmission:
-    if ctx.budget is None:
-        raise BadInput("admission 'shadow-follow' needs a write budget: --ssd-write-budget "
-                       "1DWPD (or 200MB/s)")
-    b = ctx.budget
+    b = _budget_of(ctx, "shadow-follow")
     rules: list[SSDAdmission] = []
     for name in SHADOW_RULES:
         own = WriteBudget(b.bytes_per_s, b.window) if name == "budgeted" else None

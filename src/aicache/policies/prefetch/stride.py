@@ -41,6 +41,13 @@ class _Stream:
         self.step = 0
 
 
+def _window(st: _Stream, depth: int) -> int:
+    """How far ahead of its last read a stream with a step has asked (or would ask)."""
+    if st.frontier is not None:
+        return abs(st.frontier - st.last) + abs(st.step)
+    return depth * abs(st.step)
+
+
 class StridePrefetcher(PrefetchPolicy):
     """Detect the dominant step per unit; prefetch ``depth`` blocks along it.
 
@@ -215,9 +222,10 @@ class StreamsStridePrefetcher(StridePrefetcher):
     Per unit it keeps up to ``sessions`` streams. A read continues the stream whose last
     block it is nearest to *in that stream's direction* (a step the stream has not taken
     the other way), within ``reach`` blocks; a re-read of a stream's last block continues
-    it too. A stream with no step yet is not continued backwards by more than one block
-    while a session is free (readers starting together on neighbouring files start a
-    stream each). A read no stream reaches starts a new one, which replaces the stream least
+    it too. While a session is free, a stream with no step yet is not continued backwards
+    by more than one block (readers starting together on neighbouring files start a stream
+    each), and a stream with a step is not continued past what it asked for (another
+    reader's first read a few blocks ahead of it would take it over). A read no stream reaches starts a new one, which replaces the stream least
     recently continued. With one session this is :class:`StridePrefetcher`; with readers
     interleaved, each keeps its own steps, where a single stream per unit would see the
     jumps between them and find no stride. ``sessions``
@@ -260,6 +268,10 @@ class StreamsStridePrefetcher(StridePrefetcher):
                 continue
             # a stream with a known direction is continued only along it
             if d and st.step and (d > 0) != (st.step > 0):
+                continue
+            if room and st.step and ad > _window(st, self.depth):
+                # past what this stream asked for (another reader's first read, not a
+                # skip of this one's): a new stream while a session is free
                 continue
             best, best_d = st, ad
         if best is None:
