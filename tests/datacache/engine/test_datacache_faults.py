@@ -41,8 +41,9 @@ def engine(tmp_path, remote, policy="alluxio", size=64 * 1024 * 1024, **kw) -> C
 
 
 KILLED_WORKER = textwrap.dedent("""
-    import sys
+    import sys, threading
     from aicache.datacache.engine import CacheEngine, EngineParams
+    from aicache.datacache.store import layout
     from aicache.testing import SlowFileSystem
     path, cache, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
     e = CacheEngine(SlowFileSystem(latency=0.05), cache, 1 << 30, policy="juicefs",
@@ -50,11 +51,26 @@ KILLED_WORKER = textwrap.dedent("""
     for i in range(3):
         e.read(path, i * block, block)
     e.wait_prefetches()  # the first three blocks are written before the kill
+    write_all, armed, told = layout.write_all, threading.Event(), threading.Lock()
+
+    def half_then_stop(fd, data):
+        # once armed, the next block's data is half written and its writer stops there:
+        # the parent kills the process with a temp file half full (no race with the writer)
+        if not armed.is_set() or len(data) < block // 2:
+            return write_all(fd, data)
+        write_all(fd, data[:len(data) // 2])
+        if told.acquire(blocking=False):
+            print("MIDWRITE", flush=True)
+        threading.Event().wait()
+
+    layout.write_all = half_then_stop
+    armed.set()
     print("READY", flush=True)
-    i = 3
-    while True:  # keep the prefetcher busy until killed
-        e.read(path, (i % 16) * block, block)
-        i += 1
+    for n in range(3, 3 + 2 * 16):  # reads that leave the rest of the file to the prefetcher
+        e.read(path, (n % 16) * block, block)
+    e.wait_prefetches()  # a block still queued for its writer reaches the stop (and waits here)
+    if not told.locked():
+        print("NOWRITE", flush=True)  # every block was cached before READY: nothing to kill
 """)
 
 
@@ -64,10 +80,8 @@ def test_kill_9_during_prefetch_then_restart(tmp_path, dataset) -> None:
     proc = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, path, cache, str(BLOCK)],
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
-    deadline = time.monotonic() + 20
-    while not os.listdir(os.path.join(cache, "tmp")):  # a prefetch is mid-write
-        assert time.monotonic() < deadline, "no prefetch in flight to kill"
-        time.sleep(0.001)
+    assert proc.stdout.readline().strip() == b"MIDWRITE"  # a block's writer stopped mid-file
+    assert os.listdir(os.path.join(cache, "tmp"))  # its temp file is there, half full
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
