@@ -143,7 +143,8 @@ def test_auto_takes_obstore_only_where_s3fs_would_use_the_same_settings(
 def test_a_forked_child_reads_the_same_bytes_through_s3fs(s3: S3Server) -> None:  # noqa: F811
     """obstore's runtime does not survive a fork (a DataLoader's workers fork after the
     filesystem is made): after the parent read through obstore, a forked child still gets
-    the bytes (through s3fs), instead of waiting forever on the dead runtime."""
+    the bytes (through s3fs), instead of waiting forever on the dead runtime; building the
+    client ahead (``connect``) in the child neither hangs nor changes that."""
     import os
     import signal
 
@@ -159,6 +160,7 @@ def test_a_forked_child_reads_the_same_bytes_through_s3fs(s3: S3Server) -> None:
         signal.alarm(60)
         try:
             child_fs = s3.filesystem()
+            scheme.connect(child_fs, f"{BUCKET}/fork")  # (a mount's INIT) builds nothing here
             ok = scheme.read(child_fs, path, ident.version, ident.pin, 5, BLOCK + 3) == data[5:]
         except BaseException:
             ok = False

@@ -108,6 +108,11 @@ class VersionScheme:
         :class:`VersionGone` when that version is no longer there (pinned schemes)."""
         return bytes(fs.cat_file(path, start=start, end=end))
 
+    def connect(self, fs: AbstractFileSystem, path: str) -> None:
+        """Build now whatever :meth:`read` of a path under ``path`` would build at its
+        first call (a client, a connection pool), so that the first read does not wait on
+        it. Nothing here: fsspec's own clients are built with the filesystem."""
+
     def read_first(self, fs: AbstractFileSystem, path: str,
                    length: int) -> tuple[dict[str, Any], bytes] | None:
         """``path``'s ``info`` record (as ``fs.info`` gives it) and its first ``length``

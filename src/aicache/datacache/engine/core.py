@@ -272,6 +272,16 @@ class CacheEngine:
     def forget(self, path: str) -> None:
         self.metadata.forget(path)
 
+    def prepare_root(self) -> None:
+        """List the dataset root's folder and build the block reads' client now (a mount
+        does at INIT, before the kernel sends any request), so that a job's first lookup
+        and first block read wait on neither. Best effort, as every folder listing: where it
+        fails, lookups ask the remote about each path, as they would without it."""
+        if not self._root:
+            return
+        self.metadata.ensure_listed(self._root + "/")
+        self.remote.connect(self._root)
+
     def stat_is_cached(self, path: str) -> bool:
         return self.metadata.stat_is_cached(path)
 

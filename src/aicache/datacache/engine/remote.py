@@ -6,6 +6,7 @@ reads pinned to a file's version. It owns no cache state: a version gone is rais
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,8 @@ from typing import Any, ParamSpec, TypeVar
 from aicache.datacache.keys import FileMeta
 from aicache.datacache.metrics import EngineMetrics
 from aicache.datacache.version import VersionGone, VersionScheme
+
+log = logging.getLogger("aicache.datacache")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -89,6 +92,14 @@ class RemoteClient:
     def invalidate(self, path: str | None = None) -> None:
         """Drop what the target's own listing cache holds about ``path`` (None: all of it)."""
         self.target.invalidate_cache(path)
+
+    def connect(self, path: str) -> None:
+        """Build the block reads' client for ``path`` now (best effort: a failure is left
+        to the first read, which retries and reports it)."""
+        try:
+            self.versions.connect(self.target, path)
+        except Exception as exc:  # noqa: BLE001 - an optimisation, not a need
+            log.debug("client for %s not built ahead: %s", path, exc)
 
     def info(self, path: str) -> dict[str, Any]:
         info: dict[str, Any] = self.call(self.target.info, path)

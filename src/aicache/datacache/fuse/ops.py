@@ -130,6 +130,8 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
         self.engine = self._factory()
         if self._on_init is not None:
             self._on_init(self.engine)
+        # before the INIT reply: the kernel holds the job's first lookup until it is sent
+        self.engine.prepare_root()
         if self._mountpoint and self._readahead_kb > 0:
             threading.Thread(target=self._set_readahead, name="aicache-readahead", daemon=True).start()
 
