@@ -68,6 +68,7 @@ from aicache.adaptive.executors import EXECUTOR_SETS, Executor, make_executor
 from aicache.adaptive.feedback import FeedbackReflector, ReviewParams, ReviewScheduler
 from aicache.adaptive.gate import DEFAULT_GATE_MODE, ConfidenceGate, Verdict, check_gate_mode, weigh_evidence
 from aicache.adaptive.observer import ChironObserver, Judgement
+from aicache.adaptive.scan import SCAN_FILL, EpochScan, unit_firsts
 from aicache.adaptive.unit import UnitMapper
 from aicache.policies.system import DataCacheSystem
 from aicache.policies.prefetch.credit import PrefetchCredit
@@ -78,6 +79,9 @@ _EMPTY: tuple[int, ...] = ()
 SMALL_STEP = 5
 #: the files of this many latest reads are the readers the unread share is split between
 RECENT_READS = 64
+
+#: demand misses awaiting their insert that the controller tracks at most (see ``_pending``)
+MAX_PENDING = 1 << 16
 
 _K = TypeVar("_K")
 
@@ -146,12 +150,18 @@ class ChironParams:
     #: are not read stops prefetching, so it never fetches much more than plain LRU would).
     #: None = the executor set's choice (ours: on; seed: off, the seed's prefetchers as written)
     prefetch_credit: bool | None = None
+    #: the most scan fill prefetches (``ours``: files an epoch scan has not read yet, see
+    #: :mod:`aicache.adaptive.scan`) in flight at once: as many as the engine fetches at
+    #: once by default (``EngineParams.max_prefetch``); 0 turns scan fill off
+    scan_in_flight: int = 8
     #: override every executor's prefetcher / eviction policy by registry name (the
     #: seed's micro-benchmarks: "prefetching disabled" = "none", "LRU in all arms" = "lru")
     prefetch: str | None = None
     eviction: str | None = None
 
     def __post_init__(self) -> None:
+        if self.scan_in_flight < 0:
+            raise BadInput(f"scan_in_flight={self.scan_in_flight!r} must be >= 0 (0: no scan fill)")
         if self.window < 1 or self.min_window < 1:
             raise BadInput(f"window={self.window} and min_window={self.min_window} must be >= 1")
         if self.round_s <= 0:
@@ -378,6 +388,20 @@ class ChironSystem(DataCacheSystem):
         #: readers the unread share is split between (``_within_share``)
         self._recent: deque[str] = deque(maxlen=RECENT_READS)
         self._recent_count: dict[str, int] = {}
+        #: unit -> its epoch scan (:meth:`_scan_fill`): the ``ours`` executor set's rule
+        self._scans: dict[str, EpochScan] | None = {} if p.executors == "ours" else None
+        #: demand misses not inserted (nor refused) yet -> bytes they will take: a driver
+        #: that stores behind the read (the engine's writer) inserts them later, and the
+        #: free space scan fill asks for is what they will not take (its rule only)
+        self._pending: dict[int, int] | None = {} if self._scans is not None else None
+        self._pending_bytes = 0
+        self._largest = 0  # the largest block read so far (what a scan fill block is charged)
+        #: bytes the budget held besides this system's blocks at the last ``admit`` (the
+        #: store's index reserve, other writers' blocks): not free space
+        self._outside = 0
+        #: scan fill blocks asked for and (perhaps) still in flight: at most
+        #: ``scan_in_flight`` of them at once
+        self._scan_asked: set[int] = set()
         #: a granted prefetch still in flight or unread -> the file whose read asked for
         #: it, and how many such blocks each file has (the share rule only)
         self._owner: dict[int, str] = {}
@@ -466,6 +490,16 @@ class ChironSystem(DataCacheSystem):
         flying = self._flying
         if flying:
             self._land(block)
+        pending = self._pending
+        if pending is not None:
+            if size > self._largest:
+                self._largest = size
+            if not hit and block not in pending:
+                if len(pending) >= MAX_PENDING:  # misses never stored (failed reads) leak
+                    pending.clear()  # here; clearing makes scan fill bolder, once
+                    self._pending_bytes = 0
+                pending[block] = size
+                self._pending_bytes += size
         if self._unread_share:
             self._note_reader(unit)
         out = u.executor.on_access(u.name, block, size, hit, now, unit,
@@ -476,8 +510,13 @@ class ChironSystem(DataCacheSystem):
             # read, so a grant of it would hold its bytes in flight, and out of the unread
             # share, for good
             out = [b for b in out if file_of(b) is not None]
+        extra = self._scan_fill(u, unit, block, size) if self._scans is not None else ()
+        if extra:  # other files' blocks: charged at the largest block read, not this one's
+            size = self._largest
         cr = u.credit
         if cr is None:
+            if extra:
+                out = [*out, *extra]
             if out and self._unread_share:
                 asked = out
                 out = self._within_share(out, size, u.executor.unread_share, unit)
@@ -486,7 +525,7 @@ class ChironSystem(DataCacheSystem):
             return self._fly(out, size, unit)
         if not hit:
             cr.missed(block)
-        if not out:
+        if not out and not extra:
             return out
         if file_of is not None:
             if (u.pattern is None or u.pattern == "sequential") and u.crossing:
@@ -503,12 +542,60 @@ class ChironSystem(DataCacheSystem):
                 # order, a hot set), so prefetch stays inside the file being read; so does
                 # a unit whose reads have not crossed files in order
                 out = [b for b in out if (f := file_of(b)) is None or f == unit]
+        if extra:
+            out = [*out, *extra]
         if self._unread_share:
             asked = out
             out = self._within_share(out, size, u.executor.unread_share, unit)
             if out is not asked:
                 self._withheld(u, asked, out)
+        if extra:  # the scan test is a scan fill's evidence, not the credit: a file the
+            # scan has not read is certain to be read, but at any time up to the epoch's end,
+            # long after the credit's window would have closed on it
+            scan_blocks = set(extra)
+            guesses = [b for b in out if b not in scan_blocks]
+            return self._fly([*cr.grant(guesses, self.sizes), *(b for b in out if b in scan_blocks)],
+                             size, unit)
         return self._fly(cr.grant(out, self.sizes), size, unit)
+
+    def _scan_fill(self, u: _Unit, file: str, block: int, size: int) -> Sequence[int]:
+        """Note a read of ``file``'s first block in ``u``'s epoch scan; while the scan
+        test holds (:mod:`aicache.adaptive.scan`) and ``u`` is diagnosed random, the first
+        blocks of up to :data:`SCAN_FILL` files the scan has not read yet, into free space
+        only. Only under the random executor: it refuses new blocks once full and evicts
+        none of its own, so a file fetched ahead stays until the scan reads it (under an
+        evicting executor a later demand read could evict it unread, and its file would be
+        fetched twice)."""
+        extent_of, file_of, scans = self._extent_of, self._file_of, self._scans
+        if extent_of is None or file_of is None or scans is None:
+            return ()
+        ext = extent_of(file)
+        if ext is None or ext[0] != block:
+            return ()
+        name = u.name
+        scan = scans.get(name)
+        if scan is None:
+            scan = scans[name] = EpochScan(unit_firsts(block, name, file_of, extent_of, self.units_of) or [])
+        scan.note(block)
+        if not scan.scanning():
+            return ()
+        if not scan.confirmed:  # the unit's files may have been listed since: count again
+            scan.recount(unit_firsts(block, name, file_of, extent_of, self.units_of) or [])
+            if not scan.scanning():
+                return ()
+        if u.pattern != "random" or u.executor.extent_of is None:  # (None: a fixed prefetcher)
+            return ()
+        flying, sizes = self._flying, self.sizes
+        asked = self._scan_asked
+        if asked:  # those landed, refused or withheld are no longer in flight
+            asked.intersection_update(flying)
+        free = self.capacity - self.used - self._outside - self._flying_bytes - self._pending_bytes
+        k = min(SCAN_FILL, free // max(self._largest, size, 1), self.params.scan_in_flight - len(asked))
+        if k <= 0:
+            return ()
+        got = scan.unread(k, lambda b: b in flying or b in sizes)
+        asked.update(got)
+        return got
 
     def _withheld(self, u: _Unit, asked: Sequence[int], granted: Sequence[int]) -> None:
         """Tell ``u``'s executor which of the blocks it asked for the share withheld."""
@@ -637,6 +724,14 @@ class ChironSystem(DataCacheSystem):
         likewise in the place of a unit not read since its executor took over."""
         u = self._unit(unit, now)
         ex = u.executor
+        if self._scans is not None:  # what the budget holds besides this system's blocks
+            self._outside = used - self.used if used > self.used else 0
+        if ex.rejects and self._scan_asked:
+            # scan fill was granted free space: a refusing unit's demand block does not take
+            # it from the scan's blocks in flight (one that lands on a full cache is refused,
+            # and its file fetched again when read)
+            flying = self._flying
+            used += sum(flying.get(b, 0) for b in self._scan_asked if b != block)
         if ex.rejects and ex.consumed_is_room and used + size > self.capacity:
             if any(o.executor.eager_candidate() for o in self.units.values()):
                 return True
@@ -652,11 +747,26 @@ class ChironSystem(DataCacheSystem):
             return True
         if self._flying:  # a refused prefetch takes no space
             self._land(block)
+        self._placed(block)  # nor a refused demand block
+        if block in self._scan_asked and self._scans is not None:
+            scan = self._scans.get(u.name)
+            if scan is not None:  # no room after all: the rest of this scan is read on demand
+                scan.exhausted = True
         return False
+
+    def _placed(self, block: int) -> None:
+        """``block``'s demand miss was inserted, refused or dropped: it takes no more
+        pending space."""
+        pending = self._pending
+        if pending:
+            s = pending.pop(block, None)
+            if s is not None:
+                self._pending_bytes -= s
 
     def on_insert(self, unit: str, block: int, size: int, now: float, prefetched: bool) -> bool:
         if self._flying:
             self._land(block, release=False)  # a prefetch stays its file's while unread
+        self._placed(block)
         u = self._unit(unit, now)
         if not u.executor.on_insert(block, size, now, prefetched):
             if self._owner:
@@ -709,6 +819,7 @@ class ChironSystem(DataCacheSystem):
     def on_remove(self, block: int) -> None:
         if self._flying:
             self._land(block)
+        self._placed(block)
         u = self.block_unit.get(block)
         if u is None:
             return

@@ -4,7 +4,7 @@
 | ---------- | ------------------------------ | ----------------- | -------------------------------- |
 | sequential | stride, adaptive depth         | always            | eager (read blocks go first)     |
 | random     | none across samples (rest of a | reject when full  | none while rejecting             |
-|            | multi-block sample only)       | (but see below)   | (LRU when it admits)             |
+|            | multi-block sample; scan fill) | (but see below)   | (LRU when it admits)             |
 | skewed     | neighborhood (+ readahead)     | always            | segmented LRU (reuse protects)   |
 | default    | sequential readahead (JuiceFS) | always            | 2-random (JuiceFS)               |
 
@@ -24,7 +24,9 @@ Two executor sets, chosen by name (``ChironParams.executors``; ``--executors``):
   two blocks per miss); a shuffled epoch
   is random *between* samples but reads each sample whole, so once a multi-block sample's
   first block is read the random executor fetches the rest (``sample-rest``; a no-op for
-  single-block samples). Two rules hold for every executor of the set: while the cache
+  single-block samples); and once the unit's reads pass the epoch-scan test
+  (:mod:`aicache.adaptive.scan`) the controller fetches files the scan has not read yet into
+  free space (*scan fill*). Two rules hold for every executor of the set: while the cache
   has free space a miss also fetches the rest of its file (*fill*, file extents from
   metadata: a block fetched into free space evicts nothing), and the random executor's
   refusal yields to *consumed* data — when another unit holds read blocks under eager

@@ -303,3 +303,63 @@ def test_parallel_shard_readers_fetch_no_more_than_lru(tmp_path: Path, passes: i
             eng.close()
         out[policy] = (target.gets, target.bytes)
     assert out["chiron"][0] <= out["lru"][0] and out["chiron"][1] <= out["lru"][1], out
+
+
+def _shuffled_epochs(tmp_path: Path, epochs: int, share: float, params: ChironParams | None
+                     ) -> dict[str, tuple[int, int, int]]:
+    """Shuffled epochs over N_FILES one-block files through the real engine with a cache of
+    ``share`` of them, replayed deterministically: per system (``lru``, ``chiron`` with
+    ``params``), the remote GETs and bytes and the prefetches that were read."""
+    root = tmp_path / "epochs"
+    files = _dataset(root)
+    data = dict(files)
+    budget = block_budget(int(sum(len(d) + HEADER_SIZE for d in data.values()) * share))
+    rng = random.Random(3)
+    order: list[str] = []
+    for _ in range(epochs):
+        names = sorted(data)
+        rng.shuffle(names)
+        order += names
+    out = {}
+    for policy in ("lru", "chiron"):
+        system: str | ChironSystem = policy if policy == "lru" else ChironSystem(
+            budget, params=params, runner="virtual")
+        target = CountingLocal(skip_instance_cache=True)
+        clock = _Clock()
+        eng = CacheEngine(target, str(tmp_path / policy), budget, policy=system, clock=clock,
+                          params=EngineParams(block_size=BLOCK, sync_prefetch=True, stats_interval_s=0))
+        try:
+            for k, path in enumerate(order):
+                clock.now = 0.01 * k
+                assert eng.read(path) == data[path]
+            used = int(eng.metrics.value("prefetch_used"))
+        finally:
+            eng.close()
+        out[policy] = (target.gets, target.bytes, used)
+    return out
+
+
+@pytest.mark.parametrize("share", [0.33, 0.67, 0.9])
+def test_an_epoch_scan_is_fetched_ahead_within_lru_fetches(tmp_path: Path, share: float) -> None:
+    """Shuffled epochs read every file once per epoch: once the reads pass the scan test
+    (a run of distinct files that draws with replacement would rarely make) and the unit is
+    diagnosed random, files the epoch has not read yet are fetched ahead into free space,
+    and read from the cache. The job's GETs and bytes stay within LRU's; where free space
+    is left after the test passes (not at a third of the files: the first third of an
+    epoch fills it), more prefetches are read than with scan fill off."""
+    on = _shuffled_epochs(tmp_path / "on", 3, share, None)
+    off = _shuffled_epochs(tmp_path / "off", 3, share, ChironParams(scan_in_flight=0))
+    for got in (on, off):
+        assert got["chiron"][0] <= got["lru"][0] and got["chiron"][1] <= got["lru"][1], got
+    if share > 0.5:
+        assert on["chiron"][2] > off["chiron"][2], (on, off)
+def test_a_skewed_job_gets_no_scan_fill(
+        recorded: tuple[list[tuple[float, str, int]], dict[str, bytes], int, Path], tmp_path: Path) -> None:
+    """A hot set re-reads its files long before the scan test passes: scan fill on or off,
+    the recorded skewed job makes the same fetches."""
+    trace, data, cache_bytes, _csv = recorded
+    trace = trace[:600]
+    on = _replay(trace, data, tmp_path / "on", cache_bytes, ChironSystem(cache_bytes, runner="virtual"))
+    off = _replay(trace, data, tmp_path / "off", cache_bytes, ChironSystem(
+        cache_bytes, params=ChironParams(scan_in_flight=0), runner="virtual"))
+    assert on == off
