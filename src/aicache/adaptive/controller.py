@@ -393,6 +393,7 @@ class ChironSystem(DataCacheSystem):
         #: demand misses not inserted (nor refused) yet -> bytes they will take: a driver
         #: that stores behind the read (the engine's writer) inserts them later, and the
         #: free space scan fill asks for is what they will not take (its rule only)
+        self._opens = False  # the driver tells opens (:meth:`on_open`): scans count them
         self._pending: dict[int, int] | None = {} if self._scans is not None else None
         self._pending_bytes = 0
         self._largest = 0  # the largest block read so far (what a scan fill block is charged)
@@ -558,31 +559,50 @@ class ChironSystem(DataCacheSystem):
                              size, unit)
         return self._fly(cr.grant(out, self.sizes), size, unit)
 
-    def _scan_fill(self, u: _Unit, file: str, block: int, size: int) -> Sequence[int]:
-        """Note a read of ``file``'s first block in ``u``'s epoch scan; while the scan
-        test holds (:mod:`aicache.adaptive.scan`) and ``u`` is diagnosed random, the first
-        blocks of up to :data:`SCAN_FILL` files the scan has not read yet, into free space
-        only. Only under the random executor: it refuses new blocks once full and evicts
-        none of its own, so a file fetched ahead stays until the scan reads it (under an
-        evicting executor a later demand read could evict it unread, and its file would be
-        fetched twice)."""
+    def on_open(self, unit: str, block: int, now: float) -> None:
+        """A reader opened file ``unit`` (first block ``block``): from the first open on,
+        the epoch scans count opens instead of first-block reads. Behind a mount the
+        kernel's page cache serves re-reads of a file it holds, so only the first read of
+        each file reaches the engine and a hot set would look like a scan without
+        replacement; its opens still reach the mount."""
+        if self._scans is None:
+            return
+        self._opens = True
+        self._note_scan(self._unit(unit, now), unit, block)
+
+    def _note_scan(self, u: _Unit, file: str, block: int) -> None:
+        """Count a read (or an open) of ``file``, whose first block is ``block``, in ``u``'s
+        epoch scan; once its run passes the test, count the unit's files again (a folder
+        is listed after its first file is read, so the count grows)."""
         extent_of, file_of, scans = self._extent_of, self._file_of, self._scans
         if extent_of is None or file_of is None or scans is None:
-            return ()
-        ext = extent_of(file)
-        if ext is None or ext[0] != block:
-            return ()
+            return
         name = u.name
         scan = scans.get(name)
         if scan is None:
             scan = scans[name] = EpochScan(unit_firsts(block, name, file_of, extent_of, self.units_of) or [])
         scan.note(block)
-        if not scan.scanning():
-            return ()
-        if not scan.confirmed:  # the unit's files may have been listed since: count again
+        if scan.scanning() and not scan.confirmed:
             scan.recount(unit_firsts(block, name, file_of, extent_of, self.units_of) or [])
-            if not scan.scanning():
-                return ()
+
+    def _scan_fill(self, u: _Unit, file: str, block: int, size: int) -> Sequence[int]:
+        """Count a read of ``file``'s first block in ``u``'s epoch scan (unless opens are
+        counted, :meth:`on_open`); while the scan test holds (:mod:`aicache.adaptive.scan`)
+        and ``u`` is diagnosed random, the first blocks of up to :data:`SCAN_FILL` files
+        the scan has not read yet, into free space only. Only under the random executor:
+        it refuses new blocks once full and evicts none of its own, so a file fetched ahead
+        stays until the scan reads it (under an evicting executor a later demand read could
+        evict it unread, and its file would be fetched twice)."""
+        extent_of, scans = self._extent_of, self._scans
+        if extent_of is None or scans is None:
+            return ()
+        if not self._opens:
+            ext = extent_of(file)
+            if ext is not None and ext[0] == block:
+                self._note_scan(u, file, block)
+        scan = scans.get(u.name)
+        if scan is None or not scan.scanning():
+            return ()
         if u.pattern != "random" or u.executor.extent_of is None:  # (None: a fixed prefetcher)
             return ()
         flying, sizes = self._flying, self.sizes

@@ -200,6 +200,10 @@ class PolicyDaemon:
         r = p.read(unit, int(bid), _key(key), int(size), Source(source), self.now())
         return [r.hit, list(r.prefetch), r.prefetch_used]
 
+    def _opened(self, a: list[Any]) -> Any:
+        self.policy.opened(a[0], int(a[1]), self.now())
+        return None
+
     def _insert(self, a: list[Any]) -> Any:
         unit, bid, key, size, used, prefetched = a
         r = self.policy.insert(unit, int(bid), _key(key), int(size), int(used), self.now(),
@@ -231,7 +235,7 @@ class PolicyDaemon:
         return s
 
     _methods: dict[str, Callable[[PolicyDaemon, list[Any]], Any]] = {
-        "read": _read, "insert": _insert, "forget": _forget, "register": _register,
+        "read": _read, "opened": _opened, "insert": _insert, "forget": _forget, "register": _register,
         "locate": _locate, "hello": _hello, "stats": _stats}
 
     def serve(self) -> None:
@@ -567,6 +571,9 @@ class DaemonPolicy:
 
         return self._rpc("read", [unit, bid, _wire(key), size, source.value],
                          lambda p: p.read(unit, bid, key, size, source, now), parse)
+
+    def opened(self, unit: str, bid: int, now: float) -> None:
+        self._rpc("opened", [unit, bid], lambda p: p.opened(unit, bid, now), lambda r: None)
 
     def is_resident(self, bid: int) -> bool:
         return self._local.is_resident(bid) if self._local is not None else False

@@ -43,6 +43,11 @@ class DataCacheSystem(ABC):
     def on_access(self, unit: str, block: int, size: int, hit: bool, now: float) -> Sequence[int]:
         """A demand read. Returns block ids to prefetch (may include resident ones)."""
 
+    def on_open(self, unit: str, block: int, now: float) -> None:
+        """A reader opened file ``unit``, whose first block is ``block``. A front end whose
+        re-reads the kernel's page cache may serve (a mount) tells this, so that a policy
+        that follows files sees re-reads its accesses never show. Nothing by default."""
+
     @abstractmethod
     def admit(self, unit: str, block: int, size: int, used: int, now: float) -> bool:
         """Store this fetched block? ``used`` = bytes currently stored."""

@@ -363,3 +363,43 @@ def test_a_skewed_job_gets_no_scan_fill(
     off = _replay(trace, data, tmp_path / "off", cache_bytes, ChironSystem(
         cache_bytes, params=ChironParams(scan_in_flight=0), runner="virtual"))
     assert on == off
+
+
+def test_a_hot_set_behind_the_kernel_page_cache_is_no_scan(tmp_path: Path) -> None:
+    """Behind a mount, the kernel's page cache serves re-reads of the files it holds: only
+    each file's first read reaches the engine, so a Zipf job looks to its reads like a scan
+    without replacement, and scan fill fetched files the job never read (2 GETs past LRU's
+    on the peers benchmark's job C). The mount tells every open (``CacheEngine.opened``),
+    and the re-opens of hot files end each run long before the scan test passes. Replayed
+    with the kernel's part played here: every draw opens, first draws read."""
+    root = tmp_path / "hot"
+    files = _dataset(root)
+    data = dict(files)
+    budget = block_budget(sum(len(d) + HEADER_SIZE for d in data.values()) // 2)
+    rng = random.Random(17)
+    names = sorted(data)
+    rng.shuffle(names)  # popularity unrelated to path order
+    weights = [1.0 / (k + 1) for k in range(len(names))]
+    draws = [names[k] for k in rng.choices(range(len(names)), weights=weights, k=N_READS)]
+    gets = {}
+    for name, tell_opens in (("lru", True), ("chiron", True), ("chiron-no-opens", False)):
+        system: str | ChironSystem = "lru" if name == "lru" else ChironSystem(budget, runner="virtual")
+        target = CountingLocal(skip_instance_cache=True)
+        clock = _Clock()
+        eng = CacheEngine(target, str(tmp_path / name), budget, policy=system, clock=clock,
+                          params=EngineParams(block_size=BLOCK, sync_prefetch=True, stats_interval_s=0))
+        seen: set[str] = set()
+        try:
+            for k, path in enumerate(draws):
+                clock.now = 0.01 * k
+                if tell_opens:
+                    eng.opened(eng.stat(path))
+                if path not in seen:  # the kernel serves the rest
+                    seen.add(path)
+                    assert eng.read(path) == data[path]
+        finally:
+            eng.close()
+        gets[name] = target.gets
+    assert gets["lru"] == len(seen)
+    assert gets["chiron"] <= gets["lru"], gets
+    assert gets["chiron-no-opens"] > gets["lru"], gets  # what the opens prevent

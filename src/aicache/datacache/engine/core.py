@@ -272,6 +272,16 @@ class CacheEngine:
     def forget(self, path: str) -> None:
         self.metadata.forget(path)
 
+    def opened(self, meta: FileMeta) -> None:
+        """A reader opened ``meta``'s file (a mount's open): told to the policy, whose
+        accesses miss the re-reads the kernel's page cache serves. Never raises: a policy
+        error is counted, as on a read."""
+        fb = self.layout.file_blocks(meta)
+        try:
+            self.policy.opened(fb.unit, fb.base, self._now())
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not fail an open
+            self._policy_error(exc)
+
     def prepare_root(self) -> None:
         """List the dataset root's folder and build the block reads' client now (a mount
         does at INIT, before the kernel sends any request), so that a job's first lookup

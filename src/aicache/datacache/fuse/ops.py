@@ -275,6 +275,7 @@ class CacheFuse(Operations):  # type: ignore[misc]  # the binding's Operations i
             raise FuseOSError(errno.ENOENT if isinstance(exc, FileNotFoundError) else errno.EISDIR) from exc
         except OSError as exc:
             raise FuseOSError(errno.EIO) from exc
+        self.engine.opened(meta)  # re-reads the kernel serves reach the policy as opens
         info = self.engine.cached_info(self._remote_path(path))
         if info is not None and int(info.get("size") or 0) != meta.size:
             self.engine.forget_info(self._remote_path(path))  # they predate this version

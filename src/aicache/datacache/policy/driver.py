@@ -156,6 +156,8 @@ class PolicyPort(Protocol):
     def read(self, unit: str, bid: int, key: BlockKey, size: int, source: Source,
              now: float) -> AccessResult: ...
 
+    def opened(self, unit: str, bid: int, now: float) -> None: ...
+
     def is_resident(self, bid: int) -> bool: ...
 
     def insert(self, unit: str, bid: int, key: BlockKey, size: int, used: int, now: float,
@@ -325,6 +327,12 @@ class SystemDriver(Generic[K]):
         if prefetch:
             return AccessResult(hit, prefetch, used)
         return _NO_PREFETCH[hit][used]
+
+    def opened(self, unit: str, bid: int, now: float) -> None:
+        """A reader opened file ``unit`` (first block ``bid``): told to the system
+        (:meth:`~aicache.policies.system.DataCacheSystem.on_open`)."""
+        with self._lock:
+            self.system.on_open(unit, bid, now)
 
     def insert(self, unit: str, bid: int, key: K, size: int, used: int, now: float,
                prefetched: bool) -> Placement[K]:
