@@ -175,3 +175,29 @@ def test_the_flight_bound_follows_the_retry_rules() -> None:
     assert p.flight_wait_bound() == pytest.approx(2 * (3 * 2.0 + 1.5))
     assert EngineParams(flight_wait_s=7.0).flight_wait_bound() == 7.0
     assert EngineParams(request_timeout_s=None).flight_wait_bound() > 0
+
+
+def test_an_open_reaches_the_daemons_system(tmp_path: Any, dataset: Any) -> None:
+    """``CacheEngine.opened`` (a mount's open) goes through the daemon's socket to the
+    system the daemon drives, with the file's unit and first block."""
+    src, truth = dataset
+    cache = str(tmp_path / "cache")
+    os.makedirs(cache)
+    daemon = FakeDaemon(cache, {})
+    opened: list[tuple[str, int]] = []
+    system = daemon.policy.system
+    system.on_open = lambda unit, block, now: opened.append((unit, block))  # type: ignore[method-assign]
+    daemon.start_thread()
+    eng = CacheEngine(fsspec.filesystem("file"), cache, 1 << 26, policy="juicefs", daemon="connect",
+                      params=EngineParams(block_size=BLOCK, daemon_timeout_s=5.0))
+    try:
+        path = sorted(truth)[1]
+        meta = eng.stat(path)
+        eng.opened(meta)
+        assert eng.read(path) == truth[path]
+        base = eng.layout.file_blocks(meta).base
+        assert opened == [(eng.layout.file_blocks(meta).unit, base)]
+        assert eng.policy.bad_answers == 0
+    finally:
+        eng.close()
+        daemon.stop()
